@@ -1,0 +1,117 @@
+// torch_ort._C: the Python face of the engine. The only place that includes torch's Python
+// headers and pybind11; it converts arguments, releases the GIL while kernels run,
+// and maps each C++ error type to a Python exception class.
+// torch/csrc/utils/pybind.h brings pybind11 and the at::Tensor caster without torch/all.h
+// (the whole C++ frontend), which would triple this file's compile time.
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/stl.h>
+
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/verifier.h"
+#include "csrc/runtime/engine.h"
+#include "csrc/runtime/errors.h"
+#include "csrc/runtime/kernel.h"
+
+namespace py = pybind11;
+using namespace torch_ort;
+
+namespace {
+
+py::dict stats_dict(const EngineStats& s) {
+  py::dict d;
+  d["num_forward_nodes"] = s.num_forward_nodes;
+  d["num_backward_nodes"] = s.num_backward_nodes;
+  d["num_forward_values"] = s.num_forward_values;
+  d["num_saved_activations"] = s.num_saved_activations;
+  d["num_saved"] = s.num_saved;
+  d["num_constants"] = s.num_constants;
+  d["saved_names"] = s.saved_names;
+  d["passes_changed"] = s.passes_changed;
+  return d;
+}
+
+void register_errors(py::module_& m) {
+  // All are RuntimeError subclasses, so `except RuntimeError` callers keep working.
+  py::register_exception<OnnxImportError>(m, "OnnxImportError", PyExc_RuntimeError);
+  py::register_exception<VerifyError>(m, "VerifyError", PyExc_RuntimeError);
+  py::register_exception<GradientError>(m, "GradientError", PyExc_RuntimeError);
+  py::register_exception<UnsupportedOpError>(m, "UnsupportedOpError", PyExc_RuntimeError);
+  py::register_exception<KernelError>(m, "KernelError", PyExc_RuntimeError);
+  py::register_exception<RunContextError>(m, "RunContextError", PyExc_RuntimeError);
+  // Wrong inputs are the caller's type error (count, dtype, rank), as in torch itself.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputMismatchError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    }
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_ort C++ engine: ONNX graph -> passes -> autodiff -> plan -> ATen kernels";
+  register_errors(m);
+
+  py::class_<RunContext, std::shared_ptr<RunContext>>(m, "RunContext",
+      "What one training forward keeps for its backward (the saved set); consumed by backward.")
+      .def_property_readonly("consumed", [](const RunContext& c) { return c.consumed.load(); })
+      .def_property_readonly("num_saved", [](const RunContext& c) { return c.saved.size(); });
+
+  py::class_<Engine>(m, "Engine", "One exported graph compiled for one mode (training or not).")
+      .def(py::init([](py::bytes onnx, bool training, std::vector<bool> input_requires_grad,
+                       std::vector<std::string> disabled_passes) {
+             std::string bytes = onnx;
+             py::gil_scoped_release nogil;
+             return std::make_unique<Engine>(
+                 bytes, EngineOptions{training, std::move(input_requires_grad),
+                                      std::move(disabled_passes)});
+           }),
+           py::arg("onnx_bytes"), py::arg("training"), py::arg("input_requires_grad"),
+           py::arg("disabled_passes") = std::vector<std::string>{})
+      .def_property_readonly("training", &Engine::training)
+      .def_property_readonly("input_names", &Engine::input_names)
+      .def_property_readonly("output_names", &Engine::output_names)
+      .def_property_readonly("output_differentiable", &Engine::output_differentiable)
+      .def_property_readonly("input_grad_available", &Engine::input_grad_available)
+      .def("forward",
+           [](const Engine& e, const std::vector<at::Tensor>& inputs) {
+             std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> r;
+             {
+               py::gil_scoped_release nogil;
+               r = e.forward(inputs);
+             }
+             py::object ctx = r.second ? py::cast(r.second) : py::none();
+             return py::make_tuple(py::cast(r.first), ctx);
+           },
+           py::arg("inputs"),
+           "forward(inputs: list[Tensor]) -> (list[Tensor], RunContext | None)")
+      .def("backward",
+           [](const Engine& e, RunContext& ctx,
+              const std::vector<std::optional<at::Tensor>>& grad_outputs) {
+             py::gil_scoped_release nogil;
+             return e.backward(ctx, grad_outputs);
+           },
+           py::arg("ctx"), py::arg("grad_outputs"),
+           "backward(ctx, grad_outputs: list[Tensor | None]) -> list[Tensor | None]")
+      .def("forward_graph_onnx",
+           [](const Engine& e) { return py::bytes(e.forward_graph_onnx()); })
+      .def("training_graph_onnx",
+           [](const Engine& e) { return py::bytes(e.training_graph_onnx()); })
+      .def("stats", [](const Engine& e) { return stats_dict(e.stats()); });
+
+  m.def("verify_onnx",
+        [](py::bytes onnx) {
+          std::string bytes = onnx;
+          verify(import_onnx(bytes));
+        },
+        py::arg("onnx_bytes"), "Imports ONNX bytes and runs the IR verifier (raises VerifyError).");
+  m.def("kernel_ops", [] { return KernelRegistry::instance().ops(); },
+        "'domain::op' of every registered kernel ('' is the ONNX domain).");
+  m.def("gradient_ops", [] { return GradientRegistry::instance().ops(); },
+        "'domain::op' of every gradient registry entry (rules and NO_GRADIENT).");
+}

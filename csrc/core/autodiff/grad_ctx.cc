@@ -1,0 +1,212 @@
+// The rule-writing vocabulary: reading a forward node, emitting backward nodes.
+#include "csrc/core/autodiff/grad_ctx.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "csrc/core/ir/errors.h"
+
+namespace torch_ort {
+namespace {
+
+// Broadcast shape of elementwise operands where it is provable; unknown otherwise.
+Shape broadcast_shape(const Graph& g, const std::vector<ValueId>& ins) {
+  Shape out = Shape::of({});
+  for (ValueId v : ins) {
+    if (v == kNoValue) continue;
+    const Shape& s = g.value(v).shape;
+    if (!s.rank_known) return Shape::unknown();
+    std::vector<Dim> dims(std::max(out.dims.size(), s.dims.size()), Dim::known(1));
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const Dim* a = k < out.dims.size() ? &out.dims[out.dims.size() - 1 - k] : nullptr;
+      const Dim* b = k < s.dims.size() ? &s.dims[s.dims.size() - 1 - k] : nullptr;
+      Dim& d = dims[dims.size() - 1 - k];
+      if (!a) d = *b;
+      else if (!b) d = *a;
+      else if (a->is_known() && a->value == 1) d = *b;
+      else if (b->is_known() && b->value == 1) d = *a;
+      else if (a->same_as(*b)) d = *a;
+      else d = Dim{};
+    }
+    out.dims = std::move(dims);
+  }
+  return out;
+}
+
+// (..., M, K)·(..., K, N) -> (broadcast ..., M, N); Gemm: (M, K)·(K, N) -> (M, N) after flags.
+Shape matmul_shape(const Graph& g, const std::string& op, const std::vector<ValueId>& ins,
+                   const Attributes& attrs) {
+  const Shape& a = g.value(ins.at(0)).shape;
+  const Shape& b = g.value(ins.at(1)).shape;
+  if (!a.rank_known || !b.rank_known || a.rank() < 2 || b.rank() < 2) return Shape::unknown();
+  if (op == "Gemm") {
+    if (a.rank() != 2 || b.rank() != 2) return Shape::unknown();
+    const bool ta = attrs.get_int("transA", 0) != 0, tb = attrs.get_int("transB", 0) != 0;
+    return Shape::of({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]});
+  }
+  Shape batch_a = Shape::of({a.dims.begin(), a.dims.end() - 2});
+  Shape batch_b = Shape::of({b.dims.begin(), b.dims.end() - 2});
+  Graph scratch;  // broadcast_shape reads shapes through a graph
+  std::vector<ValueId> ids{scratch.add_value("a", DType::kFloat, batch_a),
+                           scratch.add_value("b", DType::kFloat, batch_b)};
+  Shape out = broadcast_shape(scratch, ids);
+  if (!out.rank_known) return out;
+  out.dims.push_back(a.dims[a.dims.size() - 2]);
+  out.dims.push_back(b.dims.back());
+  return out;
+}
+
+bool is_elementwise(const std::string& op) {
+  static const char* kOps[] = {"Add", "Sub", "Mul", "Div", "Neg", "Where", "Sum", "Pow"};
+  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; });
+}
+
+}  // namespace
+
+GradCtx::GradCtx(BuilderState& state, Node node, std::vector<ValueId> grad_outputs,
+                 std::vector<bool> needs)
+    : state_(state), g_(state.g), node_(std::move(node)), grad_outputs_(std::move(grad_outputs)),
+      needs_(std::move(needs)) {}
+
+bool GradCtx::has_in(int i) const {
+  return i >= 0 && i < static_cast<int>(node_.inputs.size()) && node_.inputs[i] != kNoValue;
+}
+
+ValueId GradCtx::in(int i) const {
+  if (!has_in(i))
+    throw GradientError(node_.describe() + ": gradient rule reads input " + std::to_string(i) +
+                        ", which is absent");
+  return node_.inputs[i];
+}
+
+ValueId GradCtx::out(int i) const {
+  if (i < 0 || i >= static_cast<int>(node_.outputs.size()) || node_.outputs[i] == kNoValue)
+    throw GradientError(node_.describe() + ": gradient rule reads output " + std::to_string(i) +
+                        ", which is absent");
+  return node_.outputs[i];
+}
+
+ValueId GradCtx::grad_out(int i) const {
+  return i >= 0 && i < static_cast<int>(grad_outputs_.size()) ? grad_outputs_[i] : kNoValue;
+}
+
+bool GradCtx::needs(int i) const {
+  return i >= 0 && i < static_cast<int>(needs_.size()) && needs_[i];
+}
+
+int64_t GradCtx::rank(ValueId v) const {
+  const Value& val = g_.value(v);
+  if (!val.shape.rank_known)
+    throw GradientError(node_.describe() + ": the gradient needs the rank of '" + val.name +
+                        "', which is unknown");
+  return val.shape.rank();
+}
+
+bool GradCtx::is_const(int i) const {
+  if (!has_in(i)) return false;
+  ValueId v = node_.inputs[i];
+  if (g_.initializers.count(v)) return true;
+  GraphIndex idx(g_);
+  NodeId p = idx.producer[v];
+  return p >= 0 && g_.nodes[p].op_type == "Constant";
+}
+
+std::vector<int64_t> GradCtx::const_ints(int i) const {
+  ValueId v = in(i);
+  if (auto it = g_.initializers.find(v); it != g_.initializers.end()) return it->second.as_int64s();
+  for (const Node& n : g_.nodes) {
+    if (n.op_type != "Constant" || n.outputs.empty() || n.outputs[0] != v) continue;
+    if (const TensorData* t = n.attrs.get_tensor("value")) return t->as_int64s();
+    if (n.attrs.has("value_ints")) return n.attrs.get_ints("value_ints", {});
+    if (n.attrs.has("value_int")) return {n.attrs.get_int("value_int", 0)};
+  }
+  throw GradientError(node_.describe() + ": input " + std::to_string(i) + " ('" +
+                      g_.value(v).name + "') must be a constant for the gradient");
+}
+
+void GradCtx::set_grad(int i, ValueId grad) {
+  if (!needs(i) || grad == kNoValue) return;
+  // A gradient has its input's shape by contract; record it where the builder could not infer it.
+  Value& gv = g_.value(grad);
+  if (!gv.shape.rank_known) gv.shape = g_.value(in(i)).shape;
+  grads[i] = grad;
+}
+
+ValueId GradCtx::op(const std::string& op_type, std::vector<ValueId> inputs, Attributes attrs,
+                    DType dtype, Shape shape, const std::string& domain) {
+  if (dtype == DType::kUndefined) dtype = g_.value(inputs.at(0)).dtype;
+  if (!shape.rank_known && domain.empty() && is_elementwise(op_type))
+    shape = broadcast_shape(g_, inputs);
+  if (!shape.rank_known && domain.empty() && (op_type == "MatMul" || op_type == "Gemm"))
+    shape = matmul_shape(g_, op_type, inputs, attrs);
+  const std::string base = node_.name.empty() ? node_.op_type : node_.name;
+  ValueId out = g_.new_value(base + "_grad/" + op_type, dtype, std::move(shape));
+  Node n{domain, op_type, g_.unique_node_name(base + "_grad/" + op_type), std::move(inputs), {out},
+         std::move(attrs)};
+  state_.backward.push_back(std::move(n));
+  return out;
+}
+
+ValueId GradCtx::transpose(ValueId a, std::vector<int64_t> perm) {
+  Attributes at;
+  at.set("perm", perm);
+  Shape s;
+  const Shape& in_shape = g_.value(a).shape;
+  if (in_shape.rank_known && static_cast<size_t>(in_shape.rank()) == perm.size()) {
+    s = Shape::of({});
+    for (int64_t p : perm) s.dims.push_back(in_shape.dims[p]);
+  }
+  return op("Transpose", {a}, std::move(at), DType::kUndefined, std::move(s));
+}
+
+ValueId GradCtx::transpose_last2(ValueId a) {
+  std::vector<int64_t> perm(rank(a));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (perm.size() < 2)
+    throw GradientError(node_.describe() + ": transpose of a rank-" + std::to_string(perm.size()) +
+                        " value in the gradient");
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(a, std::move(perm));
+}
+
+ValueId GradCtx::const_ints(const std::vector<int64_t>& v, bool scalar) {
+  TensorData t = TensorData::from_int64s(v, scalar);
+  Shape s = Shape::of({});
+  for (int64_t d : t.dims) s.dims.push_back(Dim::known(d));
+  ValueId id = g_.new_value(node_.name + "_grad/const", DType::kInt64, s);
+  g_.initializers[id] = std::move(t);
+  return id;
+}
+
+ValueId GradCtx::const_scalar(double v, DType dtype) {
+  ValueId id = g_.new_value(node_.name + "_grad/scalar", dtype, Shape::of({}));
+  g_.initializers[id] = TensorData::scalar_float(dtype, v);
+  return id;
+}
+
+ValueId GradCtx::shape_of(ValueId x) {
+  if (auto it = state_.shape_of.find(x); it != state_.shape_of.end()) return it->second;
+  const Shape& xs = g_.value(x).shape;
+  Shape s = xs.rank_known ? Shape::of({Dim::known(xs.rank())}) : Shape::of({Dim{}});
+  ValueId out = g_.new_value(g_.value(x).name + "/shape", DType::kInt64, std::move(s));
+  state_.forward_side.push_back(
+      Node{"", "Shape", g_.unique_node_name(g_.value(x).name + "/Shape"), {x}, {out}, {}});
+  state_.shape_of[x] = out;
+  return out;
+}
+
+ValueId GradCtx::sum_to_shape_of(ValueId grad, ValueId like) {
+  const Shape target = g_.value(like).shape;
+  if (g_.value(grad).shape.same_as(target)) return grad;
+  // A fully known target (a bias, a weight) needs no Shape node: its sizes are a constant.
+  bool all_known = target.rank_known;
+  std::vector<int64_t> sizes;
+  for (const Dim& d : target.dims) {
+    all_known &= d.is_known();
+    sizes.push_back(d.value);
+  }
+  const ValueId shape = all_known ? const_ints(sizes) : shape_of(like);
+  return ours("SumToShape", {grad, shape}, {}, DType::kUndefined, target);
+}
+
+}  // namespace torch_ort

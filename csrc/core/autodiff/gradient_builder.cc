@@ -1,0 +1,158 @@
+// Reverse-mode autodiff: walks the forward graph backwards, calls one registered rule per node,
+// sums fan-out gradients, and appends the backward nodes after the forward ones.
+#include "csrc/core/autodiff/gradient_builder.h"
+
+#include <algorithm>
+#include <map>
+
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+
+namespace torch_ort {
+namespace {
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// Some gradients need a forward output the exporter left out; ask the forward op for it.
+// SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
+// Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
+void request_forward_outputs(Graph& g) {
+  for (Node& n : g.nodes) {
+    if (n.domain.empty() && n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != kNoValue &&
+        (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
+      const Value& data = g.value(n.inputs[0]);
+      ValueId mask = g.new_value(g.value(n.outputs[0]).name + "/mask", DType::kBool, data.shape);
+      n.outputs.resize(2, kNoValue);
+      n.outputs[1] = mask;
+    }
+    if (n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss" &&
+        (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
+      const Value& scores = g.value(n.inputs.at(0));
+      ValueId lp = g.new_value(g.value(n.outputs[0]).name + "/log_prob", scores.dtype, scores.shape);
+      n.outputs.resize(2, kNoValue);
+      n.outputs[1] = lp;
+    }
+  }
+}
+
+// Sums gradient contributions of one value (fan-out); one contribution passes through.
+ValueId accumulate(BuilderState& st, const std::vector<ValueId>& parts, ValueId like) {
+  if (parts.empty()) return kNoValue;
+  if (parts.size() == 1) return parts[0];
+  const Value v = st.g.value(like);  // a copy: new_value may grow the value table
+  ValueId out = st.g.new_value(v.name + "_grad/accumulated", st.g.value(parts[0]).dtype, v.shape);
+  st.backward.push_back(Node{"", "Sum", st.g.unique_node_name(v.name + "_grad/Sum"), parts, {out}, {}});
+  return out;
+}
+
+// Marks the values whose gradient is wanted: float values downstream of a requires-grad input
+// through differentiable edges.
+std::vector<char> requires_grad(const Graph& g, const std::vector<bool>& input_requires_grad) {
+  std::vector<char> req(g.num_values(), 0);
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (input_requires_grad[i] && is_floating(g.value(g.inputs[i]).dtype)) req[g.inputs[i]] = 1;
+  const auto& reg = GradientRegistry::instance();
+  for (const Node& n : g.nodes) {
+    const GradientEntry* e = reg.find(n.domain, n.op_type);
+    if (e && !e->rule) continue;  // NO_GRADIENT: outputs carry no gradient
+    bool any = false;
+    for (int i = 0; i < static_cast<int>(n.inputs.size()); ++i)
+      any |= n.inputs[i] != kNoValue && req[n.inputs[i]] && !(e && contains(e->non_differentiable, i));
+    for (ValueId o : n.outputs)
+      if (o != kNoValue && any && is_floating(g.value(o).dtype)) req[o] = 1;
+  }
+  return req;
+}
+
+}  // namespace
+
+TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>& input_requires_grad) {
+  if (input_requires_grad.size() != forward.inputs.size())
+    throw GradientError("build_training_graph: " + std::to_string(input_requires_grad.size()) +
+                        " requires-grad flags for " + std::to_string(forward.inputs.size()) + " inputs");
+  TrainingGraph tg;
+  tg.graph = forward;
+  Graph& g = tg.graph;
+  request_forward_outputs(g);
+  const std::vector<char> req = requires_grad(g, input_requires_grad);
+
+  BuilderState st(g);
+  std::map<ValueId, std::vector<ValueId>> contrib;  // value -> gradient contributions so far
+  for (ValueId o : g.outputs) {
+    if (!req[o]) { tg.grad_of_outputs.push_back(kNoValue); continue; }
+    const Value& ov = g.value(o);
+    ValueId gv = g.new_value("grad_" + ov.name, ov.dtype, ov.shape);
+    tg.grad_of_outputs.push_back(gv);
+    contrib[o].push_back(gv);
+  }
+
+  const auto& reg = GradientRegistry::instance();
+  const std::vector<Node> fwd_nodes = g.nodes;  // rules add values to g, never nodes
+  for (auto it = fwd_nodes.rbegin(); it != fwd_nodes.rend(); ++it) {
+    const Node& n = *it;
+    std::vector<ValueId> gys;
+    bool any_grad = false;
+    for (ValueId o : n.outputs) {
+      auto c = contrib.find(o);
+      gys.push_back(o != kNoValue && c != contrib.end() ? accumulate(st, c->second, o) : kNoValue);
+      any_grad |= gys.back() != kNoValue;
+    }
+    if (!any_grad) continue;
+    const GradientEntry* e = reg.find(n.domain, n.op_type);
+    if (!e)
+      throw GradientError("No gradient rule for op '" + n.op_type + "' (node " + n.name +
+                          ") on the path from a trainable input to the loss; add one with "
+                          "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+    if (!e->rule) continue;
+    std::vector<bool> needs(n.inputs.size(), false);
+    bool any_need = false;
+    for (int i = 0; i < static_cast<int>(n.inputs.size()); ++i) {
+      needs[i] = n.inputs[i] != kNoValue && req[n.inputs[i]] && !contains(e->non_differentiable, i);
+      any_need |= needs[i];
+    }
+    if (!any_need) continue;
+    GradCtx ctx(st, n, gys, needs);
+    e->rule(ctx);
+    for (int i = 0; i < static_cast<int>(needs.size()); ++i) {
+      if (!needs[i]) continue;
+      auto gi = ctx.grads.find(i);
+      if (gi == ctx.grads.end())
+        throw GradientError("Gradient rule of " + n.describe() + " produced no gradient for input " +
+                            std::to_string(i) + " ('" + g.value(n.inputs[i]).name + "')");
+      contrib[n.inputs[i]].push_back(gi->second);
+    }
+  }
+
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    ValueId in = g.inputs[i];
+    auto c = contrib.find(in);
+    tg.input_grads.push_back(req[in] && c != contrib.end() ? accumulate(st, c->second, in) : kNoValue);
+  }
+
+  // Forward nodes, then the Shape nodes backward reads (cheap, run while forward values live),
+  // then backward in emission order (already a valid topological order).
+  tg.num_forward_nodes = fwd_nodes.size() + st.forward_side.size();
+  g.nodes.insert(g.nodes.end(), st.forward_side.begin(), st.forward_side.end());
+  g.nodes.insert(g.nodes.end(), st.backward.begin(), st.backward.end());
+  return tg;
+}
+
+Graph as_exportable_graph(const TrainingGraph& tg) {
+  Graph g = tg.graph;
+  g.name = tg.graph.name + "_training";
+  for (ValueId v : tg.grad_of_outputs)
+    if (v != kNoValue) g.inputs.push_back(v);
+  // Each gradient leaves the graph under its input's name ("fc1.weight_grad"), through an
+  // Identity: readable, and distinct even where two inputs share one gradient value.
+  for (size_t i = 0; i < tg.input_grads.size(); ++i) {
+    ValueId v = tg.input_grads[i];
+    if (v == kNoValue) continue;
+    const Value& in = g.value(g.inputs[i]);
+    ValueId named = g.new_value(in.name + "_grad", g.value(v).dtype, in.shape);
+    g.nodes.push_back(Node{"", "Identity", g.unique_node_name(in.name + "_grad"), {v}, {named}, {}});
+    g.outputs.push_back(named);
+  }
+  return g;
+}
+
+}  // namespace torch_ort

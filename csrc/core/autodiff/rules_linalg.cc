@@ -1,0 +1,53 @@
+// Gradient rules of MatMul and Gemm.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+
+namespace torch_ort {
+namespace {
+
+ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
+  Attributes at;
+  at.set("transA", static_cast<int64_t>(ta));
+  at.set("transB", static_cast<int64_t>(tb));
+  if (alpha != 1.0f) at.set("alpha", alpha);
+  return g.op("Gemm", {a, b}, std::move(at));
+}
+
+// Y = A·B with numpy batching/broadcasting (ranks >= 2).
+//   dA = dY·Bᵀ, dB = Aᵀ·dY  (each summed over broadcast batch dims)
+void matmul_grad(GradCtx& g) {
+  if (g.rank(g.in(0)) < 2 || g.rank(g.in(1)) < 2)
+    throw GradientError(g.node().describe() + ": MatMul gradient with a rank-1 operand is not supported yet");
+  const ValueId dy = g.grad_out(0);
+  if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.matmul(dy, g.transpose_last2(g.in(1))), g.in(0)));
+  if (g.needs(1)) g.set_grad(1, g.sum_to_shape_of(g.matmul(g.transpose_last2(g.in(0)), dy), g.in(1)));
+}
+
+// Y = alpha·A'·B' + beta·C, with A' = transA ? Aᵀ : A and B' = transB ? Bᵀ : B.
+//   dA' = alpha·dY·B'ᵀ, dB' = alpha·A'ᵀ·dY, dC = beta·dY (summed to C's shape)
+// Each is a single Gemm with transpose flags, so no Transpose node is materialised.
+void gemm_grad(GradCtx& g) {
+  const bool ta = g.attrs().get_int("transA", 0) != 0;
+  const bool tb = g.attrs().get_int("transB", 0) != 0;
+  const float alpha = g.attrs().get_float("alpha", 1.0f);
+  const float beta = g.attrs().get_float("beta", 1.0f);
+  const ValueId a = g.in(0), b = g.in(1), dy = g.grad_out(0);
+  if (g.needs(0))
+    g.set_grad(0, ta ? gemm(g, b, dy, tb, true, alpha)     // dA = B'·dYᵀ
+                     : gemm(g, dy, b, false, !tb, alpha));  // dA = dY·B'ᵀ
+  if (g.needs(1))
+    g.set_grad(1, tb ? gemm(g, dy, a, true, ta, alpha)      // dB = dYᵀ·A'
+                     : gemm(g, a, dy, !ta, false, alpha));  // dB = A'ᵀ·dY
+  if (g.needs(2)) {
+    ValueId d = dy;
+    if (beta != 1.0f) d = g.mul(d, g.const_scalar(beta, g.info(dy).dtype));
+    g.set_grad(2, g.sum_to_shape_of(d, g.in(2)));
+  }
+}
+
+}  // namespace
+
+REGISTER_GRADIENT("MatMul", matmul_grad, {});
+REGISTER_GRADIENT("Gemm", gemm_grad, {});
+
+}  // namespace torch_ort

@@ -1,0 +1,66 @@
+// Gradient rules of shape and reduction ops, and the ops whose outputs carry no gradient.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+
+namespace torch_ort {
+namespace {
+
+// Every op that only moves elements around: dX = reshape(dY, shape(X)).
+void reshape_like_input_grad(GradCtx& g) {
+  Attributes a;
+  a.set("allowzero", int64_t{1});  // X's shape is literal: a 0 is a size, not "copy this dim"
+  g.set_grad(0, g.op("Reshape", {g.grad_out(0), g.shape_of(g.in(0))}, std::move(a), DType::kUndefined,
+                     g.info(g.in(0)).shape));
+}
+
+void transpose_grad(GradCtx& g) {  // dX = transpose(dY, perm⁻¹)
+  std::vector<int64_t> perm = g.attrs().get_ints("perm", {});
+  if (perm.empty())
+    for (int64_t i = g.rank(g.in(0)) - 1; i >= 0; --i) perm.push_back(i);
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  g.set_grad(0, g.transpose(g.grad_out(0), inv));
+}
+
+void expand_grad(GradCtx& g) {  // dX = dY summed to X's shape
+  g.set_grad(0, g.sum_to_shape_of(g.grad_out(0), g.in(0)));
+}
+
+// Reductions: dX = dY broadcast back over the reduced axes (÷ count for the mean).
+// Axes come from the 'axes' input (opset 18; ReduceSum since 13) or the older attribute.
+void reduce_grad(GradCtx& g, const char* grad_op) {
+  std::vector<int64_t> axes = g.attrs().get_ints("axes", {});
+  if (g.has_in(1)) axes = g.const_ints(1);
+  if (axes.empty() && g.attrs().get_int("noop_with_empty_axes", 0) != 0)
+    return g.set_grad(0, g.grad_out(0));  // the op was an identity
+  Attributes a;
+  a.set("axes", axes);
+  a.set("keepdims", g.attrs().get_int("keepdims", 1));
+  g.set_grad(0, g.ours(grad_op, {g.grad_out(0), g.shape_of(g.in(0))}, std::move(a),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+void reduce_sum_grad(GradCtx& g) { reduce_grad(g, "ReduceSumGrad"); }
+void reduce_mean_grad(GradCtx& g) { reduce_grad(g, "ReduceMeanGrad"); }
+
+}  // namespace
+
+REGISTER_GRADIENT("Reshape", reshape_like_input_grad, {1});
+REGISTER_GRADIENT("Flatten", reshape_like_input_grad, {});
+REGISTER_GRADIENT("Squeeze", reshape_like_input_grad, {1});
+REGISTER_GRADIENT("Unsqueeze", reshape_like_input_grad, {1});
+REGISTER_GRADIENT("Transpose", transpose_grad, {});
+REGISTER_GRADIENT("Expand", expand_grad, {1});
+REGISTER_GRADIENT("ReduceSum", reduce_sum_grad, {1});
+REGISTER_GRADIENT("ReduceMean", reduce_mean_grad, {1});
+
+// Outputs that are sizes, booleans or constants: no gradient flows through them.
+NO_GRADIENT("Shape", "returns sizes, not values");
+NO_GRADIENT("Size", "returns a size, not values");
+NO_GRADIENT("Constant", "has no inputs");
+NO_GRADIENT("ConstantOfShape", "its input is a shape");
+NO_GRADIENT("Equal", "boolean output");
+NO_GRADIENT("Greater", "boolean output");
+NO_GRADIENT("Less", "boolean output");
+NO_GRADIENT("Not", "boolean output");
+
+}  // namespace torch_ort

@@ -1,0 +1,252 @@
+// ONNX ModelProto bytes -> IR, through the generated lite classes (namespace torch_ort_onnx).
+#include <cstring>
+#include <unordered_map>
+
+#include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/verifier.h"
+#include "torch_ort_onnx.pb.h"
+
+namespace torch_ort {
+
+namespace {
+
+namespace pb = ::torch_ort_onnx;
+
+struct TypeInfo {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+};
+
+DType to_dtype(int32_t code, const std::string& what) {
+  if (code == 0) return DType::kUndefined;
+  if (!is_valid_dtype(code)) {
+    throw OnnxImportError(what + " has ONNX element type " + std::to_string(code) +
+                          " (e.g. float8/int4), which torch_ort does not support");
+  }
+  return static_cast<DType>(code);
+}
+
+TypeInfo to_type(const pb::ValueInfoProto& vi) {
+  const std::string what = "value '" + vi.name() + "'";
+  TypeInfo t;
+  if (!vi.has_type() || vi.type().value_case() == pb::TypeProto::VALUE_NOT_SET) return t;
+  if (!vi.type().has_tensor_type()) {
+    throw OnnxImportError(what + " has a non-tensor type (sequence, map, optional or sparse), "
+                          "which torch_ort does not support");
+  }
+  const pb::TypeProto::Tensor& tt = vi.type().tensor_type();
+  t.dtype = to_dtype(tt.elem_type(), what);
+  if (!tt.has_shape()) return t;  // rank unknown
+  t.shape.rank_known = true;
+  for (const pb::TensorShapeProto::Dimension& d : tt.shape().dim()) {
+    if (d.has_dim_value()) t.shape.dims.push_back(Dim::known(d.dim_value()));
+    else if (d.has_dim_param() && !d.dim_param().empty()) t.shape.dims.push_back(Dim::symbolic(d.dim_param()));
+    else t.shape.dims.push_back(Dim{});  // neither: a dimension of unknown size
+  }
+  return t;
+}
+
+// Appends `src` elements to raw bytes as type T (the little-endian layout of raw_data).
+template <typename T, typename Src>
+void pack(const Src& src, std::string& raw) {
+  for (const auto& x : src) {
+    const T v = static_cast<T>(x);
+    raw.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+}
+
+// `what` says where the tensor sits ("initializer 'w'", "attribute 'value' of node ...").
+TensorData to_tensor(const pb::TensorProto& t, const std::string& what) {
+  if (t.data_location() == pb::TensorProto_DataLocation_EXTERNAL || t.external_data_size() > 0) {
+    throw OnnxImportError(what + " stores its data externally (data_location=EXTERNAL); "
+                          "torch_ort needs every tensor embedded in the model bytes");
+  }
+  if (t.has_segment()) throw OnnxImportError(what + " is a segmented tensor, which is not supported");
+  TensorData d;
+  d.dtype = to_dtype(t.data_type(), what);
+  if (d.dtype == DType::kUndefined || d.dtype == DType::kString) {
+    throw OnnxImportError(what + " has element type " + std::string(dtype_name(d.dtype)) +
+                          ", which torch_ort cannot hold as a constant");
+  }
+  d.dims.assign(t.dims().begin(), t.dims().end());
+  for (int64_t x : d.dims) {
+    if (x < 0) throw OnnxImportError(what + " has a negative dimension " + std::to_string(x));
+  }
+  if (t.has_raw_data()) {
+    d.raw = t.raw_data();
+  } else {
+    // Typed fields: small ints, float16 and bfloat16 travel as int32 (bit patterns for 16-bit
+    // floats), unsigned 32/64-bit ints as uint64, complex as (re, im) pairs.
+    switch (d.dtype) {
+      case DType::kFloat: case DType::kComplex64: pack<float>(t.float_data(), d.raw); break;
+      case DType::kDouble: case DType::kComplex128: pack<double>(t.double_data(), d.raw); break;
+      case DType::kInt64: pack<int64_t>(t.int64_data(), d.raw); break;
+      case DType::kInt32: pack<int32_t>(t.int32_data(), d.raw); break;
+      case DType::kInt16: pack<int16_t>(t.int32_data(), d.raw); break;
+      case DType::kInt8: pack<int8_t>(t.int32_data(), d.raw); break;
+      case DType::kUInt16: case DType::kFloat16: case DType::kBFloat16:
+        pack<uint16_t>(t.int32_data(), d.raw); break;
+      case DType::kUInt8: case DType::kBool: pack<uint8_t>(t.int32_data(), d.raw); break;
+      case DType::kUInt32: pack<uint32_t>(t.uint64_data(), d.raw); break;
+      case DType::kUInt64: pack<uint64_t>(t.uint64_data(), d.raw); break;
+      default: break;
+    }
+  }
+  const int64_t expected = d.numel() * dtype_size(d.dtype);
+  if (static_cast<int64_t>(d.raw.size()) != expected) {
+    std::string dims;
+    for (int64_t x : d.dims) {
+      if (!dims.empty()) dims += ',';
+      dims += std::to_string(x);
+    }
+    throw OnnxImportError(what + " has " + std::to_string(d.raw.size()) + " bytes of data, expected " +
+                          std::to_string(expected) + " for " + std::string(dtype_name(d.dtype)) +
+                          " [" + dims + "]");
+  }
+  return d;
+}
+
+Attribute to_attribute(const pb::AttributeProto& a, const std::string& who) {
+  const std::string what = "attribute '" + a.name() + "' of " + who;
+  if (!a.ref_attr_name().empty()) {
+    throw OnnxImportError(what + " refers to a function attribute, which is not supported");
+  }
+  auto type = a.type();
+  if (type == pb::AttributeProto_AttributeType_UNDEFINED) {  // very old exporters left it unset
+    if (a.has_i()) type = pb::AttributeProto_AttributeType_INT;
+    else if (a.has_f()) type = pb::AttributeProto_AttributeType_FLOAT;
+    else if (a.has_s()) type = pb::AttributeProto_AttributeType_STRING;
+    else if (a.has_t()) type = pb::AttributeProto_AttributeType_TENSOR;
+    else if (a.ints_size()) type = pb::AttributeProto_AttributeType_INTS;
+    else if (a.floats_size()) type = pb::AttributeProto_AttributeType_FLOATS;
+    else if (a.strings_size()) type = pb::AttributeProto_AttributeType_STRINGS;
+  }
+  switch (type) {
+    case pb::AttributeProto_AttributeType_INT: return a.i();
+    case pb::AttributeProto_AttributeType_FLOAT: return a.f();
+    case pb::AttributeProto_AttributeType_STRING: return a.s();
+    case pb::AttributeProto_AttributeType_TENSOR: return to_tensor(a.t(), what);
+    case pb::AttributeProto_AttributeType_INTS:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case pb::AttributeProto_AttributeType_FLOATS:
+      return std::vector<float>(a.floats().begin(), a.floats().end());
+    case pb::AttributeProto_AttributeType_STRINGS:
+      return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    default: {
+      const std::string& kind = pb::AttributeProto_AttributeType_Name(type);
+      throw OnnxImportError(what + " has kind " + (kind.empty() ? std::to_string(type) : kind) +
+                            ", which torch_ort does not support (subgraphs, sparse tensors and type "
+                            "protos must be inlined or lowered by the exporter)");
+    }
+  }
+}
+
+}  // namespace
+
+Graph import_onnx(const std::string& bytes) {
+  pb::ModelProto model;
+  if (!model.ParseFromString(bytes)) {
+    throw OnnxImportError("not a valid ONNX ModelProto: " + std::to_string(bytes.size()) +
+                          " bytes failed to parse (truncated or not an .onnx file?)");
+  }
+  if (!model.has_graph()) {
+    throw OnnxImportError("not a valid ONNX ModelProto: it has no graph (" +
+                          std::to_string(bytes.size()) + " bytes; truncated or empty?)");
+  }
+  if (model.functions_size() > 0) {
+    throw OnnxImportError("model-local functions are not supported (the model defines " +
+                          std::to_string(model.functions_size()) + ", first '" +
+                          model.functions(0).name() + "'); export with functions inlined");
+  }
+  const pb::GraphProto& gp = model.graph();
+  Graph g;
+  if (!gp.name().empty()) g.name = gp.name();
+  if (model.opset_import_size() > 0) {
+    g.opset_imports.clear();
+    for (const auto& op : model.opset_import()) {
+      g.opset_imports[op.domain() == "ai.onnx" ? std::string() : op.domain()] = op.version();
+    }
+  }
+  if (gp.sparse_initializer_size() > 0) {
+    throw OnnxImportError("graph '" + gp.name() + "' has sparse initializers, which are not supported");
+  }
+
+  for (const pb::TensorProto& t : gp.initializer()) {
+    const std::string what = "initializer '" + t.name() + "'";
+    if (t.name().empty()) throw OnnxImportError("an initializer has an empty name");
+    if (g.find(t.name())) throw OnnxImportError(what + " is defined twice");
+    TensorData data = to_tensor(t, what);
+    std::vector<Dim> dims;
+    for (int64_t x : data.dims) dims.push_back(Dim::known(x));
+    const ValueId v = g.add_value(t.name(), data.dtype, Shape::of(std::move(dims)));
+    g.initializers.emplace(v, std::move(data));
+  }
+  for (const pb::ValueInfoProto& vi : gp.input()) {
+    if (vi.name().empty()) throw OnnxImportError("a graph input has an empty name");
+    if (auto v = g.find(vi.name())) {
+      // ONNX IR < 4 lists initializers among the inputs too: they stay constants.
+      if (g.initializers.count(*v)) continue;
+      throw OnnxImportError("graph input '" + vi.name() + "' is listed twice");
+    }
+    TypeInfo t = to_type(vi);
+    g.inputs.push_back(g.add_value(vi.name(), t.dtype, std::move(t.shape)));
+  }
+  // Types of node outputs come from value_info and graph outputs, applied when created.
+  std::unordered_map<std::string, TypeInfo> types;
+  for (const auto& vi : gp.value_info()) types[vi.name()] = to_type(vi);
+  for (const auto& vi : gp.output()) types[vi.name()] = to_type(vi);
+
+  // Outputs first, then inputs: accepts files whose nodes are not topologically sorted.
+  g.nodes.reserve(static_cast<size_t>(gp.node_size()));
+  for (const pb::NodeProto& np : gp.node()) {
+    Node n;
+    n.domain = np.domain() == "ai.onnx" ? std::string() : np.domain();
+    n.op_type = np.op_type();
+    n.name = np.name();
+    const std::string who = "node " + n.describe();
+    for (const std::string& out : np.output()) {
+      if (out.empty()) { n.outputs.push_back(kNoValue); continue; }
+      if (g.find(out)) {
+        throw OnnxImportError(who + " produces value '" + out +
+                              "', which is already defined (graph input, initializer or another node)");
+      }
+      auto it = types.find(out);
+      TypeInfo t = it == types.end() ? TypeInfo{} : it->second;
+      n.outputs.push_back(g.add_value(out, t.dtype, std::move(t.shape)));
+    }
+    for (const pb::AttributeProto& a : np.attribute()) {
+      if (n.attrs.has(a.name())) throw OnnxImportError(who + " has attribute '" + a.name() + "' twice");
+      n.attrs.set(a.name(), to_attribute(a, who));
+    }
+    g.nodes.push_back(std::move(n));
+  }
+  for (int i = 0; i < gp.node_size(); ++i) {
+    Node& n = g.nodes[static_cast<size_t>(i)];
+    for (const std::string& in : gp.node(i).input()) {
+      if (in.empty()) { n.inputs.push_back(kNoValue); continue; }  // omitted optional input
+      auto v = g.find(in);
+      if (!v) {
+        throw OnnxImportError("node " + n.describe() + " reads value '" + in +
+                              "', which is not a graph input, initializer or output of any node");
+      }
+      n.inputs.push_back(*v);
+    }
+  }
+  for (const pb::ValueInfoProto& vi : gp.output()) {
+    auto v = g.find(vi.name());
+    if (!v) {
+      throw OnnxImportError("graph output '" + vi.name() +
+                            "' is not produced by any node, nor a graph input or initializer");
+    }
+    g.outputs.push_back(*v);
+  }
+  try {
+    topological_sort(g);  // stable: a sorted file (the normal case) keeps its order
+  } catch (const VerifyError& e) {
+    throw OnnxImportError(std::string("the ONNX graph is not a DAG: ") + e.what());
+  }
+  return g;
+}
+
+}  // namespace torch_ort

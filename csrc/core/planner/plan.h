@@ -1,0 +1,31 @@
+// Liveness and the execution plan: which forward values backward keeps (the saved set), and the
+// point after which every other buffer is freed.
+#pragma once
+
+#include <vector>
+
+#include "csrc/core/autodiff/gradient_builder.h"
+
+namespace torch_ort {
+
+struct Step {
+  NodeId node;                    // index into graph.nodes
+  std::vector<ValueId> free_after;  // values whose last use is this step (dropped right after it)
+};
+
+struct Plan {
+  std::vector<Step> forward;        // in order
+  std::vector<Step> backward;       // in order (empty for inference plans)
+  std::vector<ValueId> saved;       // forward values (not constants) the backward reads
+  std::vector<ValueId> free_at_forward_end;  // forward values dead once forward returns
+  int64_t num_forward_values = 0;   // values produced by forward nodes (the "save everything" count)
+  int64_t num_saved_activations = 0;  // saved values produced by forward nodes (not graph inputs)
+};
+
+// Training plan over a training graph. Graph outputs are kept until returned; initializers are
+// engine constants, never saved.
+Plan plan_training(const TrainingGraph& tg);
+// Inference plan: forward only, nothing saved.
+Plan plan_inference(const Graph& g);
+
+}  // namespace torch_ort

@@ -1,0 +1,264 @@
+// Engine build (import -> passes -> autodiff -> plan -> kernels) and the forward/backward calls.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include "csrc/runtime/engine.h"
+
+#include <set>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
+
+#include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/type_inference.h"
+#include "csrc/core/ir/verifier.h"
+#include "csrc/core/passes/pass.h"
+#include "csrc/runtime/dtype.h"
+#include "csrc/runtime/errors.h"
+
+namespace torch_ort {
+namespace {
+
+std::atomic<uint64_t> g_next_engine_id{1};
+
+std::string sizes_str(c10::IntArrayRef s) { return c10::str(s); }
+
+std::string aten_dtype_name(at::ScalarType t) {
+  const DType d = from_aten(t);
+  return d == DType::kUndefined ? std::string(c10::toString(t)) : std::string(dtype_name(d));
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
+    : options_(std::move(options)), id_(g_next_engine_id++) {
+  Graph g = import_onnx(onnx_bytes);
+  topological_sort(g);
+  infer_missing_dtypes(g);  // the exporter leaves some value_info out (Constant outputs)
+  verify(g);
+  const auto passes = default_forward_pipeline();
+  PipelineOptions po;
+  for (const std::string& name : options_.disabled_passes) {
+    // A misspelt name would silently leave the pass on; say which names exist instead.
+    std::string known;
+    bool found = false;
+    for (const auto& p : passes) {
+      found |= p->name() == name;
+      known += (known.empty() ? "" : ", ") + std::string(p->name());
+    }
+    if (!found)
+      throw std::invalid_argument("disabled_passes: no pass named '" + name + "' (passes: " +
+                                  known + ")");
+    po.disabled.insert(name);
+  }
+  stats_.passes_changed = run_pipeline(g, passes, po);
+  forward_ = std::move(g);
+
+  if (options_.training) {
+    if (options_.input_requires_grad.size() != forward_.inputs.size())
+      throw std::invalid_argument("input_requires_grad has " +
+                                  std::to_string(options_.input_requires_grad.size()) +
+                                  " entries, but the graph has " +
+                                  std::to_string(forward_.inputs.size()) + " inputs");
+    tg_ = build_training_graph(forward_, options_.input_requires_grad);
+    plan_ = plan_training(*tg_);
+  } else {
+    plan_ = plan_inference(forward_);
+  }
+  const Graph& eg = exec_graph();
+  for (ValueId v : eg.inputs)
+    input_types_.push_back(to_aten(eg.value(v).dtype, "graph input '" + eg.value(v).name + "'"));
+
+  // Kernels are resolved for both halves before anything runs, so every unsupported op is
+  // reported at build time.
+  const std::vector<char> read = values_read(eg, tg_ ? tg_->input_grads : std::vector<ValueId>{});
+  forward_steps_ = compile_steps(eg, plan_.forward, read);
+  backward_steps_ = compile_steps(eg, plan_.backward, read);
+
+  // Constants: initializers, plus Constant nodes evaluated once here instead of every run.
+  auto& consts = constants_["cpu"];
+  for (const auto& [v, data] : eg.initializers)
+    consts.emplace_back(v, tensor_from_data(data, "initializer '" + eg.value(v).name + "'"));
+  std::vector<at::Tensor> scratch(eg.num_values());
+  for (auto* steps : {&forward_steps_, &backward_steps_}) {
+    std::vector<CompiledStep> kept;
+    for (CompiledStep& s : *steps) {
+      if (s.node->op_type != "Constant" || !s.node->domain.empty() || !s.node->inputs.empty()) {
+        kept.push_back(std::move(s));
+        continue;
+      }
+      if (s.outputs.empty() || s.outputs[0] == kNoValue) continue;  // unread: drop the step
+      CompiledStep once = s;
+      once.free_after.clear();
+      run_steps({once}, scratch, c10::Device(c10::kCPU));
+      consts.emplace_back(s.outputs[0], std::move(scratch[s.outputs[0]]));
+    }
+    *steps = std::move(kept);
+  }
+
+  stats_.num_forward_nodes = static_cast<int64_t>(tg_ ? tg_->num_forward_nodes : eg.nodes.size());
+  stats_.num_backward_nodes = static_cast<int64_t>(eg.nodes.size()) - stats_.num_forward_nodes;
+  stats_.num_forward_values = plan_.num_forward_values;
+  stats_.num_saved_activations = plan_.num_saved_activations;
+  stats_.num_saved = static_cast<int64_t>(plan_.saved.size());
+  stats_.num_constants = static_cast<int64_t>(consts.size());
+  for (ValueId v : plan_.saved) stats_.saved_names.push_back(eg.value(v).name);
+}
+
+const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Device device) const {
+  std::lock_guard<std::mutex> lock(constants_mu_);
+  const std::string key = device.str();
+  auto it = constants_.find(key);
+  if (it != constants_.end()) return it->second;
+  std::vector<std::pair<ValueId, at::Tensor>> moved;
+  for (const auto& [v, t] : constants_.at("cpu")) moved.emplace_back(v, t.to(device));
+  return constants_.emplace(key, std::move(moved)).first->second;  // std::map: refs stay valid
+}
+
+void Engine::check_inputs(const std::vector<at::Tensor>& inputs) const {
+  const Graph& g = exec_graph();
+  if (inputs.size() != g.inputs.size()) {
+    std::string names;
+    for (ValueId v : g.inputs) names += (names.empty() ? "" : ", ") + g.value(v).name;
+    throw InputMismatchError("expected " + std::to_string(g.inputs.size()) + " inputs (" + names +
+                             "), got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& val = g.value(g.inputs[i]);
+    const at::Tensor& t = inputs[i];
+    const std::string what = "input " + std::to_string(i) + " '" + val.name + "'";
+    if (!t.defined()) throw InputMismatchError(what + ": expected a tensor, got None");
+    if (t.scalar_type() != input_types_[i])
+      throw InputMismatchError(what + ": expected dtype " + std::string(dtype_name(val.dtype)) +
+                               ", got " + aten_dtype_name(t.scalar_type()));
+    if (t.device() != inputs[0].device())
+      throw InputMismatchError(what + " is on " + t.device().str() + ", but input 0 is on " +
+                               inputs[0].device().str() + "; all inputs must share one device");
+    if (!val.shape.rank_known) continue;
+    if (t.dim() != val.shape.rank())
+      throw InputMismatchError(what + ": expected rank " + std::to_string(val.shape.rank()) + " " +
+                               val.shape.to_string() + ", got rank " + std::to_string(t.dim()) +
+                               " " + sizes_str(t.sizes()));
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const Dim& dim = val.shape.dims[d];
+      if (dim.is_known() && dim.value != t.size(d))
+        throw InputMismatchError(what + ": expected shape " + val.shape.to_string() + ", got " +
+                                 sizes_str(t.sizes()) + " (dim " + std::to_string(d) + ")");
+    }
+  }
+}
+
+std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
+    const std::vector<at::Tensor>& inputs) const {
+  check_inputs(inputs);
+  at::NoGradGuard no_grad;  // kernels must not record an autograd graph of their own
+  const Graph& g = exec_graph();
+  const c10::Device device = inputs.empty() ? c10::Device(c10::kCPU) : inputs[0].device();
+  std::vector<at::Tensor> slots(g.num_values());
+  for (const auto& [v, t] : constants_on(device)) slots[v] = t;
+  for (size_t i = 0; i < inputs.size(); ++i) slots[g.inputs[i]] = inputs[i];
+  run_steps(forward_steps_, slots, device);
+
+  std::vector<at::Tensor> outputs;
+  for (ValueId v : g.outputs) {
+    if (!slots[v].defined())
+      throw std::logic_error("internal: graph output '" + g.value(v).name + "' was not computed");
+    outputs.push_back(slots[v]);
+  }
+  if (!tg_) return {std::move(outputs), nullptr};
+
+  auto ctx = std::make_shared<RunContext>();
+  ctx->engine_id = id_;
+  ctx->device = device;
+  for (ValueId v : plan_.saved) {
+    if (!slots[v].defined())
+      throw std::logic_error("internal: saved value '" + g.value(v).name +
+                             "' was freed before forward returned (planner bug)");
+    ctx->saved.emplace_back(v, std::move(slots[v]));
+  }
+  for (const at::Tensor& o : outputs) {
+    ctx->output_sizes.push_back(o.sizes().vec());
+    ctx->output_options.push_back(o.options());
+  }
+  return {std::move(outputs), std::move(ctx)};
+}
+
+std::vector<std::optional<at::Tensor>> Engine::backward(
+    RunContext& ctx, const std::vector<std::optional<at::Tensor>>& grad_outputs) const {
+  if (!tg_) throw RunContextError("backward called on an inference engine (training=False)");
+  if (ctx.engine_id != id_) throw RunContextError("this RunContext was made by another engine");
+  if (ctx.consumed.exchange(true))
+    throw RunContextError("backward called twice on one RunContext: the first call freed its "
+                          "saved activations (retain_graph=True is not supported); run forward again");
+  const Graph& g = tg_->graph;
+  if (grad_outputs.size() != g.outputs.size())
+    throw InputMismatchError("expected " + std::to_string(g.outputs.size()) +
+                             " output gradients, got " + std::to_string(grad_outputs.size()));
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> slots(g.num_values());
+  for (const auto& [v, t] : constants_on(ctx.device)) slots[v] = t;
+  for (auto& [v, t] : ctx.saved) slots[v] = std::move(t);
+  ctx.saved.clear();  // backward owns them now and frees each after its last use
+  for (size_t i = 0; i < grad_outputs.size(); ++i) {
+    const ValueId gv = tg_->grad_of_outputs[i];
+    if (gv == kNoValue) continue;  // not differentiable: whatever came is ignored
+    const std::optional<at::Tensor>& go = grad_outputs[i];
+    if (!go || !go->defined()) {
+      slots[gv] = at::zeros(ctx.output_sizes[i], ctx.output_options[i]);
+      continue;
+    }
+    const std::string what = "gradient of output " + std::to_string(i) + " '" +
+                             g.value(g.outputs[i]).name + "'";
+    if (go->scalar_type() != ctx.output_options[i].dtype().toScalarType())
+      throw InputMismatchError(what + ": expected dtype " +
+                               aten_dtype_name(ctx.output_options[i].dtype().toScalarType()) +
+                               ", got " + aten_dtype_name(go->scalar_type()));
+    if (!go->sizes().equals(ctx.output_sizes[i]))
+      throw InputMismatchError(what + ": expected shape " + sizes_str(ctx.output_sizes[i]) +
+                               ", got " + sizes_str(go->sizes()));
+    slots[gv] = *go;
+  }
+  run_steps(backward_steps_, slots, ctx.device);
+
+  std::vector<std::optional<at::Tensor>> grads;
+  for (ValueId v : tg_->input_grads)
+    grads.push_back(v != kNoValue && slots[v].defined() ? std::optional<at::Tensor>(slots[v])
+                                                        : std::nullopt);
+  return grads;
+}
+
+std::vector<std::string> Engine::input_names() const {
+  std::vector<std::string> out;
+  for (ValueId v : exec_graph().inputs) out.push_back(exec_graph().value(v).name);
+  return out;
+}
+
+std::vector<std::string> Engine::output_names() const {
+  std::vector<std::string> out;
+  for (ValueId v : exec_graph().outputs) out.push_back(exec_graph().value(v).name);
+  return out;
+}
+
+std::vector<bool> Engine::output_differentiable() const {
+  const Graph& g = exec_graph();
+  std::vector<bool> out(g.outputs.size(), false);
+  if (tg_)
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = is_floating(g.value(g.outputs[i]).dtype) && tg_->grad_of_outputs[i] != kNoValue;
+  return out;
+}
+
+std::vector<bool> Engine::input_grad_available() const {
+  std::vector<bool> out(exec_graph().inputs.size(), false);
+  if (tg_)
+    for (size_t i = 0; i < out.size(); ++i) out[i] = tg_->input_grads[i] != kNoValue;
+  return out;
+}
+
+std::string Engine::forward_graph_onnx() const { return export_onnx(forward_); }
+
+std::string Engine::training_graph_onnx() const {
+  if (!tg_) throw RunContextError("training_graph_onnx: this engine was built with training=False");
+  return export_onnx(as_exportable_graph(*tg_));
+}
+
+}  // namespace torch_ort

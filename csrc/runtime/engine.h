@@ -1,0 +1,96 @@
+// The engine: one exported graph + one mode, compiled once (import, passes, autodiff, plan,
+// kernels) and then run many times. forward() returns a RunContext holding only the saved set;
+// backward() consumes it. Several RunContexts may be alive at once (gradient accumulation, a
+// module called twice per step); each may be consumed once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/planner/plan.h"
+#include "csrc/runtime/executor.h"
+
+namespace torch_ort {
+
+struct EngineOptions {
+  bool training = false;                     // build forward+backward, or forward only
+  std::vector<bool> input_requires_grad;     // per graph input (training): gradient wanted?
+  std::vector<std::string> disabled_passes;  // pass names to skip
+};
+
+// What one forward call leaves for its backward.
+struct RunContext {
+  uint64_t engine_id = 0;                                // the engine that made it
+  c10::Device device = c10::Device(c10::kCPU);           // where forward ran
+  std::vector<std::pair<ValueId, at::Tensor>> saved;     // plan.saved, nothing else
+  std::vector<std::vector<int64_t>> output_sizes;        // to build zero gradients for None
+  std::vector<at::TensorOptions> output_options;
+  std::atomic<bool> consumed{false};
+};
+
+struct EngineStats {
+  int64_t num_forward_nodes = 0;
+  int64_t num_backward_nodes = 0;
+  int64_t num_forward_values = 0;     // values forward nodes produce ("save everything" count)
+  int64_t num_saved_activations = 0;  // saved values produced by forward nodes
+  int64_t num_saved = 0;              // the saved set, graph inputs included
+  int64_t num_constants = 0;          // initializers + hoisted Constant nodes
+  std::vector<std::string> saved_names;
+  std::vector<std::string> passes_changed;  // passes that changed the forward graph
+};
+
+class Engine {
+ public:
+  // Throws OnnxImportError / VerifyError / GradientError / UnsupportedOpError (see errors.h).
+  Engine(const std::string& onnx_bytes, EngineOptions options);
+  Engine(const Engine&) = delete;  // steps point into the owned graph
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates the inputs (count, dtype, rank, known sizes) -> InputMismatchError naming the
+  // input. Returns the graph outputs and, in training mode, the context for backward.
+  std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> forward(
+      const std::vector<at::Tensor>& inputs) const;
+  // One gradient per graph output (nullopt: none flows -> zeros where one is needed). Returns
+  // one gradient per graph input, nullopt where input_grad_available() is false.
+  std::vector<std::optional<at::Tensor>> backward(
+      RunContext& ctx, const std::vector<std::optional<at::Tensor>>& grad_outputs) const;
+
+  bool training() const { return options_.training; }
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  std::vector<bool> output_differentiable() const;  // floating and a gradient input exists
+  std::vector<bool> input_grad_available() const;
+  std::string forward_graph_onnx() const;   // the optimized forward graph
+  std::string training_graph_onnx() const;  // forward+backward (training engines only)
+  EngineStats stats() const { return stats_; }
+
+ private:
+  const Graph& exec_graph() const { return tg_ ? tg_->graph : forward_; }
+  // Constants on `device` (moved there once per device, then cached).
+  const std::vector<std::pair<ValueId, at::Tensor>>& constants_on(c10::Device device) const;
+  void check_inputs(const std::vector<at::Tensor>& inputs) const;
+
+  EngineOptions options_;
+  uint64_t id_;
+  Graph forward_;                    // after the pass pipeline
+  std::optional<TrainingGraph> tg_;  // training engines only
+  Plan plan_;
+  std::vector<CompiledStep> forward_steps_, backward_steps_;
+  std::vector<at::ScalarType> input_types_;  // per graph input
+  EngineStats stats_;
+
+  mutable std::mutex constants_mu_;
+  mutable std::map<std::string, std::vector<std::pair<ValueId, at::Tensor>>> constants_;  // by device
+};
+
+}  // namespace torch_ort

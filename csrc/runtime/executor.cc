@@ -1,0 +1,82 @@
+// Compiling plan steps to kernel calls, and the run loop.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include "csrc/runtime/executor.h"
+
+#include <set>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+#include "csrc/core/ir/errors.h"
+#include "csrc/runtime/errors.h"
+
+namespace torch_ort {
+
+std::vector<char> values_read(const Graph& g, const std::vector<ValueId>& extra_roots) {
+  std::vector<char> read(g.num_values(), 0);
+  for (const Node& n : g.nodes)
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) read[v] = 1;
+  for (ValueId v : g.outputs) read[v] = 1;
+  for (ValueId v : extra_roots)
+    if (v != kNoValue) read[v] = 1;
+  return read;
+}
+
+std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>& steps,
+                                        const std::vector<char>& read) {
+  const auto& registry = KernelRegistry::instance();
+  std::vector<CompiledStep> out;
+  std::vector<std::string> missing;  // every unsupported op at once, not one per rebuild
+  std::set<std::string> seen;
+  for (const Step& s : steps) {
+    const Node& n = g.nodes.at(static_cast<size_t>(s.node));
+    KernelFn fn = registry.find(n.domain, n.op_type);
+    if (!fn) {
+      const std::string op = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
+      if (seen.insert(op).second) missing.push_back("'" + op + "' (node " + n.name + ")");
+      continue;
+    }
+    auto it = g.opset_imports.find(n.domain == "ai.onnx" ? "" : n.domain);
+    CompiledStep cs{fn, &n, it == g.opset_imports.end() ? 1 : it->second, n.inputs, n.outputs,
+                    s.free_after};
+    for (ValueId& v : cs.outputs)
+      if (v != kNoValue && !read[v]) v = kNoValue;  // kernels may skip unread outputs
+    out.push_back(std::move(cs));
+  }
+  if (!missing.empty()) {
+    std::string msg = "Unsupported op " + missing[0];
+    if (missing.size() > 1) {
+      msg += " (and " + std::to_string(missing.size() - 1) + " more:";
+      for (size_t i = 1; i < missing.size(); ++i) msg += " " + missing[i];
+      msg += ")";
+    }
+    throw UnsupportedOpError(msg + " — no kernel; set ORTMODULE_FALLBACK_POLICY to run the module "
+                                   "in PyTorch instead, or open an issue");
+  }
+  return out;
+}
+
+void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
+               c10::Device device) {
+  for (const CompiledStep& s : steps) {
+    KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
+                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots);
+    try {
+      s.fn(ctx);
+    } catch (const KernelError&) {
+      throw;  // already names the node
+    } catch (const c10::Error& e) {
+      throw KernelError(s.node->describe() + ": " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throw KernelError(s.node->describe() + ": " + e.what());
+    }
+    for (size_t i = 0; i < s.outputs.size(); ++i)
+      if (s.outputs[i] != kNoValue && !slots[s.outputs[i]].defined())
+        throw KernelError(s.node->describe() + ": kernel did not produce output " +
+                          std::to_string(i));
+    for (ValueId v : s.free_after) slots[v] = at::Tensor();
+  }
+}
+
+}  // namespace torch_ort

@@ -1,0 +1,79 @@
+// Kernels: one registry line per op, REGISTER_KERNEL("Gemm", gemm_kernel), each a plain
+// function void(KernelCtx&) that reads input tensors and attributes and sets output tensors.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "csrc/core/ir/graph.h"
+
+namespace torch_ort {
+
+class KernelCtx;
+using KernelFn = void (*)(KernelCtx&);
+
+// What a kernel sees of one node for one run: its slots, attributes, and the node for errors.
+// Built on the stack by the executor per step; holds only pointers.
+class KernelCtx {
+ public:
+  KernelCtx(const Node& node, int64_t opset, c10::Device device, const ValueId* in, int n_in,
+            const ValueId* out, int n_out, std::vector<at::Tensor>& slots)
+      : node(node), attrs(node.attrs), opset(opset), device(device), in_(in), n_in_(n_in),
+        out_(out), n_out_(n_out), slots_(slots) {}
+
+  const Node& node;         // for error messages
+  const Attributes& attrs;  // = node.attrs
+  int64_t opset;            // opset of the node's domain (ONNX semantics change across versions)
+  c10::Device device;       // where this run computes (the inputs' device); new tensors go here
+
+  int num_inputs() const { return n_in_; }
+  bool has_input(int i) const { return i >= 0 && i < n_in_ && in_[i] != kNoValue; }
+  // Throws KernelError naming the node when the input is absent or was never computed.
+  const at::Tensor& input(int i) const;
+  // Integer values of an int32/int64 input (shape, axes): copied to host.
+  std::vector<int64_t> input_ints(int i) const;
+  // A scalar input as double (Dropout ratio); `dflt` when the optional input is absent.
+  double input_scalar(int i, double dflt) const;
+
+  int num_outputs() const { return n_out_; }
+  // False when the output is omitted or nobody reads it: kernels may skip computing it.
+  bool output_wanted(int i) const { return i >= 0 && i < n_out_ && out_[i] != kNoValue; }
+  void set_output(int i, at::Tensor t);  // dropped silently when !output_wanted(i)
+
+  [[noreturn]] void fail(const std::string& msg) const;  // KernelError "<op> (node n): msg"
+
+ private:
+  const ValueId* in_;
+  int n_in_;
+  const ValueId* out_;
+  int n_out_;
+  std::vector<at::Tensor>& slots_;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+  bool add(const std::string& domain, const std::string& op, KernelFn fn);  // throws on duplicates
+  KernelFn find(const std::string& domain, const std::string& op) const;    // nullptr if none
+  std::vector<std::string> ops() const;  // "domain::op" of every kernel (for coverage tests)
+
+ private:
+  std::map<std::string, KernelFn> kernels_;
+};
+
+#ifndef TORCH_ORT_CONCAT
+#define TORCH_ORT_CONCAT_INNER(a, b) a##b
+#define TORCH_ORT_CONCAT(a, b) TORCH_ORT_CONCAT_INNER(a, b)
+#endif
+// All runtime sources link straight into the extension (no static archive), so these
+// static-init registrations are never dropped by the linker.
+#define REGISTER_KERNEL_IN(domain, op, fn)                  \
+  static const bool TORCH_ORT_CONCAT(kKernelReg_, __COUNTER__) = \
+      ::torch_ort::KernelRegistry::instance().add(domain, op, fn)
+#define REGISTER_KERNEL(op, fn) REGISTER_KERNEL_IN("", op, fn)
+
+}  // namespace torch_ort

@@ -1,0 +1,69 @@
+// The process-wide kernel table and the out-of-line parts of KernelCtx.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include "csrc/runtime/kernel.h"
+
+#include <stdexcept>
+
+#include "csrc/runtime/errors.h"
+
+namespace torch_ort {
+
+KernelRegistry& KernelRegistry::instance() {
+  static KernelRegistry r;  // function-local: safe under any static-init order
+  return r;
+}
+
+bool KernelRegistry::add(const std::string& domain, const std::string& op, KernelFn fn) {
+  const std::string key = domain + "::" + op;
+  if (!kernels_.emplace(key, fn).second)
+    throw std::logic_error("kernel for '" + key + "' registered twice");
+  return true;
+}
+
+KernelFn KernelRegistry::find(const std::string& domain, const std::string& op) const {
+  // "ai.onnx" is the default domain spelled out; treat it as "".
+  const std::string d = domain == "ai.onnx" ? "" : domain;
+  auto it = kernels_.find(d + "::" + op);
+  return it == kernels_.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> KernelRegistry::ops() const {
+  std::vector<std::string> out;
+  for (const auto& [k, _] : kernels_) out.push_back(k);
+  return out;
+}
+
+void KernelCtx::fail(const std::string& msg) const {
+  throw KernelError(node.describe() + ": " + msg);
+}
+
+const at::Tensor& KernelCtx::input(int i) const {
+  if (!has_input(i)) fail("input " + std::to_string(i) + " is required but absent");
+  const at::Tensor& t = slots_[in_[i]];
+  // An undefined slot means the planner freed (or never produced) a value still needed.
+  if (!t.defined()) fail("input " + std::to_string(i) + " was not computed or already freed");
+  return t;
+}
+
+std::vector<int64_t> KernelCtx::input_ints(int i) const {
+  const at::Tensor& t = input(i);
+  if (t.scalar_type() != at::kLong && t.scalar_type() != at::kInt)
+    fail("input " + std::to_string(i) + " must be int64 or int32, got " +
+         std::string(c10::toString(t.scalar_type())));
+  at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* p = h.const_data_ptr<int64_t>();
+  return std::vector<int64_t>(p, p + h.numel());
+}
+
+double KernelCtx::input_scalar(int i, double dflt) const {
+  if (!has_input(i)) return dflt;
+  const at::Tensor& t = input(i);
+  if (t.numel() != 1) fail("input " + std::to_string(i) + " must hold one value");
+  return t.item<double>();
+}
+
+void KernelCtx::set_output(int i, at::Tensor t) {
+  if (output_wanted(i)) slots_[out_[i]] = std::move(t);
+}
+
+}  // namespace torch_ort

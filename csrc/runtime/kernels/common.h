@@ -1,0 +1,38 @@
+// Helpers shared by the kernel families: axis normalization, device alignment, attribute reads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "csrc/runtime/kernel.h"
+
+namespace torch_ort::kernels {
+
+// ONNX axes may be negative (counted from the end); errors name the node and the bad axis.
+inline int64_t norm_axis(const KernelCtx& ctx, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= (rank == 0 ? 1 : rank))
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+inline std::vector<int64_t> norm_axes(const KernelCtx& ctx, std::vector<int64_t> axes, int64_t rank) {
+  for (int64_t& a : axes) a = norm_axis(ctx, a, rank);
+  return axes;
+}
+
+// Axes from input `i` (opset 13+/18+ form) or else from the "axes" attribute (older opsets).
+inline std::vector<int64_t> axes_input_or_attr(const KernelCtx& ctx, int i) {
+  if (ctx.has_input(i)) return ctx.input_ints(i);
+  return ctx.attrs.get_ints("axes", {});
+}
+
+// Shape/Size results and constants read as shapes live on the CPU; a CPU tensor with dims
+// meeting a device tensor is moved to the device (0-dim CPU tensors mix freely in ATen).
+inline at::Tensor on_device_of(const at::Tensor& t, const at::Tensor& like) {
+  if (t.device() == like.device() || t.dim() == 0) return t;
+  return t.to(like.device());
+}
+
+}  // namespace torch_ort::kernels

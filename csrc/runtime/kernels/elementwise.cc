@@ -1,0 +1,135 @@
+// Elementwise kernels: arithmetic with numpy broadcasting, unary math, comparisons, Where,
+// Cast, Identity, variadic Sum and Dropout. ONNX gives both operands one dtype, so ATen type
+// promotion never changes a result type except where noted (Pow, integer Div).
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/gt.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/lt.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/native_dropout.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/where.h>
+
+#include "csrc/runtime/dtype.h"
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+// Operands i and j on one device (a shape-derived CPU tensor may meet a device tensor).
+std::pair<at::Tensor, at::Tensor> operands(const KernelCtx& c, int i = 0, int j = 1) {
+  const at::Tensor& a = c.input(i);
+  const at::Tensor& b = c.input(j);
+  if (a.device() == b.device()) return {a, b};
+  return a.device() == c.device ? std::pair{a, on_device_of(b, a)} : std::pair{on_device_of(a, b), b};
+}
+
+template <at::Tensor (*F)(const at::Tensor&)>
+void unary(KernelCtx& c) { c.set_output(0, F(c.input(0))); }
+
+void add_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::add(a, b)); }
+void sub_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::sub(a, b)); }
+void mul_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::mul(a, b)); }
+
+void div_kernel(KernelCtx& c) {
+  auto [a, b] = operands(c);
+  // ONNX integer Div truncates toward zero (C semantics); ATen's true division would not.
+  if (at::isIntegralType(a.scalar_type(), /*includeBool=*/true))
+    c.set_output(0, at::div(a, b, "trunc"));
+  else
+    c.set_output(0, at::div(a, b));
+}
+
+void pow_kernel(KernelCtx& c) {
+  auto [x, y] = operands(c);
+  // ONNX Pow may take an exponent of another dtype; the result keeps the base's dtype.
+  at::Tensor r = at::pow(x, y);
+  c.set_output(0, r.scalar_type() == x.scalar_type() ? r : r.to(x.scalar_type()));
+}
+
+void equal_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::eq(a, b)); }
+void greater_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::gt(a, b)); }
+void less_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::lt(a, b)); }
+
+void where_kernel(KernelCtx& c) {
+  at::Tensor cond = c.input(0);
+  if (cond.scalar_type() != at::kBool) c.fail("condition must be bool, got " +
+                                              std::string(c10::toString(cond.scalar_type())));
+  auto [x, y] = operands(c, 1, 2);
+  c.set_output(0, at::where(on_device_of(cond, x), x, y));
+}
+
+void identity_kernel(KernelCtx& c) { c.set_output(0, c.input(0)); }
+
+void cast_kernel(KernelCtx& c) {
+  if (!c.attrs.has("to")) c.fail("attribute 'to' is required");
+  const auto to = static_cast<DType>(c.attrs.get_int("to", 0));
+  c.set_output(0, c.input(0).to(to_aten(to, "Cast target of " + c.node.describe())));
+}
+
+void sum_kernel(KernelCtx& c) {
+  // Variadic with broadcasting; a single operand passes through.
+  if (c.num_inputs() == 0) c.fail("needs at least one input");
+  at::Tensor acc = c.input(0);
+  for (int i = 1; i < c.num_inputs(); ++i) acc = at::add(acc, on_device_of(c.input(i), acc));
+  c.set_output(0, acc);
+}
+
+void dropout_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  // ratio is an input since opset 12 (an attribute before); training_mode defaults to false.
+  const double p = c.input_scalar(1, c.attrs.get_float("ratio", 0.5f));
+  const bool training = c.has_input(2) && c.input(2).item<bool>();
+  if (p < 0.0 || p >= 1.0) c.fail("ratio must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0.0) {
+    c.set_output(0, x);
+    if (c.output_wanted(1)) c.set_output(1, at::ones_like(x, x.options().dtype(at::kBool)));
+    return;
+  }
+  // native_dropout draws bernoulli(1-p) from the torch generator exactly like
+  // torch.nn.functional.dropout does, so a seeded run matches eager PyTorch.
+  auto [out, mask] = at::native_dropout(x, p, true);
+  c.set_output(0, std::move(out));
+  c.set_output(1, std::move(mask));
+}
+
+}  // namespace
+
+REGISTER_KERNEL("Add", add_kernel);
+REGISTER_KERNEL("Sub", sub_kernel);
+REGISTER_KERNEL("Mul", mul_kernel);
+REGISTER_KERNEL("Div", div_kernel);
+REGISTER_KERNEL("Pow", pow_kernel);
+REGISTER_KERNEL("Neg", unary<at::neg>);
+REGISTER_KERNEL("Sqrt", unary<at::sqrt>);
+REGISTER_KERNEL("Exp", unary<at::exp>);
+REGISTER_KERNEL("Log", unary<at::log>);
+REGISTER_KERNEL("Abs", unary<at::abs>);
+REGISTER_KERNEL("Relu", unary<at::relu>);
+REGISTER_KERNEL("Tanh", unary<at::tanh>);
+REGISTER_KERNEL("Sigmoid", unary<at::sigmoid>);
+REGISTER_KERNEL("Not", unary<at::logical_not>);
+REGISTER_KERNEL("Equal", equal_kernel);
+REGISTER_KERNEL("Greater", greater_kernel);
+REGISTER_KERNEL("Less", less_kernel);
+REGISTER_KERNEL("Where", where_kernel);
+REGISTER_KERNEL("Identity", identity_kernel);
+REGISTER_KERNEL("Cast", cast_kernel);
+REGISTER_KERNEL("Sum", sum_kernel);
+REGISTER_KERNEL("Dropout", dropout_kernel);
+
+}  // namespace torch_ort::kernels

@@ -1,0 +1,120 @@
+// Classification losses and their gradients: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+// (ONNX) and their Grad ops (our domain). Scores are (N, C) or (N, C, d1, ..., dk); labels are
+// (N) or (N, d1, ..., dk). Gradients go through ATen's NLL backward, which scatters into a dense
+// (N, C, ...) gradient directly: no one-hot of the labels is ever built.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <cstdint>
+#include <limits>
+
+#include <ATen/core/Reduction.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_log_softmax.h>
+#include <ATen/ops/_log_softmax_backward_data.h>
+#include <ATen/ops/nll_loss2d_backward.h>
+#include <ATen/ops/nll_loss2d_forward.h>
+#include <ATen/ops/nll_loss_backward.h>
+#include <ATen/ops/nll_loss_forward.h>
+#include <ATen/ops/nll_loss_nd.h>
+
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+// ONNX has no default ignore_index (nothing is ignored); ATen needs some value, so pick one no
+// valid label can equal.
+constexpr int64_t kIgnoreNothing = std::numeric_limits<int64_t>::min();
+
+struct NllArgs {
+  int64_t reduction;                  // at::Reduction::{None, Mean, Sum}
+  int64_t ignore_index;
+  std::optional<at::Tensor> weight;   // (C) class weights
+  at::Tensor labels;                  // int64
+};
+
+NllArgs nll_args(const KernelCtx& c, int labels_at, int weight_at) {
+  NllArgs a;
+  const std::string r = c.attrs.get_string("reduction", "mean");
+  if (r == "mean") a.reduction = at::Reduction::Mean;
+  else if (r == "sum") a.reduction = at::Reduction::Sum;
+  else if (r == "none") a.reduction = at::Reduction::None;
+  else c.fail("reduction must be 'mean', 'sum' or 'none', got '" + r + "'");
+  a.ignore_index = c.attrs.has("ignore_index") ? c.attrs.get_int("ignore_index", 0) : kIgnoreNothing;
+  if (c.has_input(weight_at)) a.weight = c.input(weight_at);
+  a.labels = c.input(labels_at);
+  if (a.labels.scalar_type() != at::kLong) a.labels = a.labels.to(at::kLong);
+  return a;
+}
+
+// d(loss)/d(input) of nll_loss_nd(input, labels): ATen has backward kernels for 1-D/2-D inputs
+// and for 4-D (N, C, H, W); other ranks are viewed as (N, C, 1, D) exactly as nll_loss_nd does.
+at::Tensor nll_backward(const KernelCtx& c, at::Tensor grad, const at::Tensor& input,
+                        const NllArgs& a) {
+  if (a.reduction != at::Reduction::None && grad.dim() != 0) {
+    if (grad.numel() != 1) c.fail("a reduced loss needs a scalar gradient, got " + c10::str(grad.sizes()));
+    grad = grad.reshape({});
+  }
+  if (input.dim() <= 2) {
+    auto tw = std::get<1>(at::nll_loss_forward(input, a.labels, a.weight, a.reduction, a.ignore_index));
+    return at::nll_loss_backward(grad, input, a.labels, a.weight, a.reduction, a.ignore_index, tw);
+  }
+  const bool is4d = input.dim() == 4;
+  const int64_t n = input.size(0), cls = input.size(1);
+  at::Tensor in4 = is4d ? input : input.reshape({n, cls, 1, input.numel() == 0 ? 0 : -1});
+  at::Tensor lab3 = is4d ? a.labels : a.labels.reshape({n, 1, a.labels.numel() == 0 ? 0 : -1});
+  if (a.reduction == at::Reduction::None && !is4d) grad = grad.reshape(lab3.sizes());
+  auto tw = std::get<1>(at::nll_loss2d_forward(in4, lab3, a.weight, a.reduction, a.ignore_index));
+  at::Tensor g = at::nll_loss2d_backward(grad, in4, lab3, a.weight, a.reduction, a.ignore_index, tw);
+  return is4d ? g : g.reshape(input.sizes());
+}
+
+void check_scores(const KernelCtx& c, const at::Tensor& s, const at::Tensor& labels) {
+  if (s.dim() < 2) c.fail("scores must be (N, C, ...), got shape " + c10::str(s.sizes()));
+  if (labels.dim() != s.dim() - 1)
+    c.fail("labels of shape " + c10::str(labels.sizes()) + " do not match scores of shape " +
+           c10::str(s.sizes()) + " (expected rank " + std::to_string(s.dim() - 1) + ")");
+}
+
+// (scores, labels, [weights]) -> (loss, [log_prob])
+void softmax_cross_entropy_kernel(KernelCtx& c) {
+  const at::Tensor& scores = c.input(0);
+  NllArgs a = nll_args(c, 1, 2);
+  check_scores(c, scores, a.labels);
+  at::Tensor log_prob = at::_log_softmax(scores, 1, false);
+  c.set_output(0, at::nll_loss_nd(log_prob, a.labels, a.weight, a.reduction, a.ignore_index));
+  c.set_output(1, std::move(log_prob));
+}
+
+// (input = log-probabilities, target, [weight]) -> loss
+void nll_loss_kernel(KernelCtx& c) {
+  const at::Tensor& input = c.input(0);
+  NllArgs a = nll_args(c, 1, 2);
+  check_scores(c, input, a.labels);
+  c.set_output(0, at::nll_loss_nd(input, a.labels, a.weight, a.reduction, a.ignore_index));
+}
+
+// (dLoss, log_prob, labels, [weights]) -> dScores = dLogProb - softmax * sum_c(dLogProb)
+void softmax_cross_entropy_grad_kernel(KernelCtx& c) {
+  const at::Tensor& log_prob = c.input(1);
+  NllArgs a = nll_args(c, 2, 3);
+  check_scores(c, log_prob, a.labels);
+  at::Tensor g = nll_backward(c, c.input(0), log_prob, a);
+  c.set_output(0, at::_log_softmax_backward_data(g, log_prob, 1, log_prob.scalar_type()));
+}
+
+// (dLoss, input, labels, [weights]) -> dInput
+void nll_loss_grad_kernel(KernelCtx& c) {
+  const at::Tensor& input = c.input(1);
+  NllArgs a = nll_args(c, 2, 3);
+  check_scores(c, input, a.labels);
+  c.set_output(0, nll_backward(c, c.input(0), input, a));
+}
+
+}  // namespace
+
+REGISTER_KERNEL("SoftmaxCrossEntropyLoss", softmax_cross_entropy_kernel);
+REGISTER_KERNEL("NegativeLogLikelihoodLoss", nll_loss_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "SoftmaxCrossEntropyLossGrad", softmax_cross_entropy_grad_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "NegativeLogLikelihoodLossGrad", nll_loss_grad_kernel);
+
+}  // namespace torch_ort::kernels

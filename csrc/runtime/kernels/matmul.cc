@@ -1,0 +1,41 @@
+// Matrix products: MatMul (numpy matmul semantics, batched and broadcast) and Gemm.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
+
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+void matmul_kernel(KernelCtx& c) { c.set_output(0, at::matmul(c.input(0), c.input(1))); }
+
+// Y = alpha * A' B' + beta * C, A' = transA ? Aᵀ : A (both 2-D), C unidirectionally broadcast.
+void gemm_kernel(KernelCtx& c) {
+  at::Tensor a = c.input(0);
+  at::Tensor b = c.input(1);
+  if (a.dim() != 2 || b.dim() != 2)
+    c.fail("A and B must be 2-D, got ranks " + std::to_string(a.dim()) + " and " +
+           std::to_string(b.dim()));
+  if (c.attrs.get_int("transA", 0)) a = a.t();  // views: addmm/mm read strides, no copy
+  if (c.attrs.get_int("transB", 0)) b = b.t();
+  const double alpha = c.attrs.get_float("alpha", 1.0f);
+  const double beta = c.attrs.get_float("beta", 1.0f);
+  if (c.has_input(2) && beta != 0.0) {
+    // addmm broadcasts C to (M, N) itself and fuses the scaling into the BLAS call.
+    c.set_output(0, at::addmm(c.input(2), a, b, beta, alpha));
+    return;
+  }
+  at::Tensor y = at::mm(a, b);
+  c.set_output(0, alpha == 1.0 ? y : at::mul(y, alpha));
+}
+
+}  // namespace
+
+REGISTER_KERNEL("MatMul", matmul_kernel);
+REGISTER_KERNEL("Gemm", gemm_kernel);
+
+}  // namespace torch_ort::kernels

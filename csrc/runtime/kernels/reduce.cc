@@ -1,0 +1,78 @@
+// Reductions and normalizations along axes: ReduceSum, ReduceMean, Softmax, LogSoftmax.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <numeric>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_log_softmax.h>
+#include <ATen/ops/_softmax.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/sum.h>
+
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+// Resolved axes of a Reduce* node; `noop` when empty axes mean "do nothing".
+struct ReduceAxes {
+  std::vector<int64_t> dims;
+  bool noop = false;
+};
+
+ReduceAxes reduce_axes(const KernelCtx& c, const at::Tensor& x) {
+  // axes: input 1 (ReduceSum since 13, the others since 18) or the attribute before that.
+  std::vector<int64_t> axes = axes_input_or_attr(c, 1);
+  if (axes.empty()) {
+    if (c.attrs.get_int("noop_with_empty_axes", 0)) return {{}, true};
+    axes.resize(x.dim());
+    std::iota(axes.begin(), axes.end(), 0);  // explicit: ATen reads an empty list as "all" too
+  }
+  return {norm_axes(c, std::move(axes), x.dim()), false};
+}
+
+void reduce_sum_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  ReduceAxes r = reduce_axes(c, x);
+  if (r.noop) return c.set_output(0, x);
+  // dtype pinned: ATen would widen int32 sums to int64, ONNX keeps the input type.
+  c.set_output(0, at::sum(x, r.dims, c.attrs.get_int("keepdims", 1) != 0, x.scalar_type()));
+}
+
+void reduce_mean_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  ReduceAxes r = reduce_axes(c, x);
+  if (r.noop) return c.set_output(0, x);
+  const bool keep = c.attrs.get_int("keepdims", 1) != 0;
+  if (at::isFloatingType(x.scalar_type())) return c.set_output(0, at::mean(x, r.dims, keep));
+  // ATen's mean rejects integers; ONNX defines it as the truncated sum / count.
+  int64_t n = 1;
+  for (int64_t d : r.dims) n *= x.size(d);
+  c.set_output(0, at::div(at::sum(x, r.dims, keep, x.scalar_type()), n, "trunc"));
+}
+
+// Opset < 13 Softmax coerces the input to 2-D at `axis` (default 1) and normalizes each row;
+// opset 13+ normalizes along one axis (default -1).
+template <bool kLog>
+void softmax_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  const bool legacy = c.opset < 13;
+  const int64_t axis = norm_axis(c, c.attrs.get_int("axis", legacy ? 1 : -1), x.dim());
+  auto fn = [](const at::Tensor& t, int64_t d) {
+    return kLog ? at::_log_softmax(t, d, false) : at::_softmax(t, d, false);
+  };
+  if (!legacy || axis == x.dim() - 1) return c.set_output(0, fn(x, axis));
+  const auto sizes = x.sizes();
+  int64_t rows = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= sizes[d];
+  c.set_output(0, fn(x.reshape({rows, -1}), 1).reshape(sizes));
+}
+
+}  // namespace
+
+REGISTER_KERNEL("ReduceSum", reduce_sum_kernel);
+REGISTER_KERNEL("ReduceMean", reduce_mean_kernel);
+REGISTER_KERNEL("Softmax", softmax_kernel<false>);
+REGISTER_KERNEL("LogSoftmax", softmax_kernel<true>);
+
+}  // namespace torch_ort::kernels

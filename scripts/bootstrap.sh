@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what torch_ort needs on a fresh Debian machine, idempotently: Debian packages, the
+# virtual environment with pinned Python packages, protobuf-lite, and the torch_ort._C extension.
+# Re-running it only rebuilds what changed (ccache keeps C++ rebuilds cheap).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+debs=(build-essential cmake ninja-build ccache protobuf-compiler libgtest-dev python3-dev python3-venv xz-utils)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[bootstrap] apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[bootstrap] creating .venv with $($PY --version)"
+  $PY -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[bootstrap] pip install -r requirements.txt (torch is a large download the first time)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+scripts/build_protobuf.sh
+
+echo "[bootstrap] building torch_ort._C"
+export MAX_JOBS=${MAX_JOBS:-2}
+.venv/bin/python setup.py -q build_ext --inplace

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test: the torch-free core's GoogleTest suite, then the pytest suite.
+# Installs what it needs first (scripts/bootstrap.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+
+echo "[test] C++ core (GoogleTest)"
+cmake -S . -B build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build/cmake -j "${MAX_JOBS:-2}"
+(cd build/cmake && ctest --output-on-failure -j 2)
+
+echo "[test] Python (pytest)"
+.venv/bin/python -m pytest -q tests/python "$@"

@@ -1,0 +1,40 @@
+// Reference evaluator (test oracle): runs an IR graph node by node in double precision, torch-free.
+// Covers the forward ops of MLP models and every op our gradient rules emit; slow and simple on
+// purpose. Integers and bools are stored as doubles; the dtype is kept so shapes/indices stay ints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "csrc/core/ir/graph.h"
+
+namespace torch_ort::ref {
+
+struct RefTensor {
+  DType dtype = DType::kDouble;  // float types are NOT rounded: float and double compute alike
+  std::vector<int64_t> shape;    // {} for a scalar
+  std::vector<double> data;      // row-major, numel() entries
+
+  int64_t numel() const;
+  static RefTensor zeros(DType dtype, std::vector<int64_t> shape);
+  static RefTensor ints(const std::vector<int64_t>& v);  // 1-D int64
+};
+
+// Decodes an initializer / Constant payload (float, double, int64, int32, bool, int8, uint8).
+RefTensor from_tensor_data(const TensorData& t);
+
+// Runs one node on its inputs (nullptr for an omitted optional input). Returns one tensor per
+// output the op defines (callers drop those the node omits). Throws std::runtime_error naming the
+// op and node for unknown ops or bad inputs.
+std::vector<RefTensor> eval_node(const Node& n, const std::vector<const RefTensor*>& in);
+
+// Evaluates g.nodes[0, max_nodes) in order. `feeds` binds graph inputs (or any other value, e.g.
+// gradient inputs of a training graph); initializers are read from g. Returns every value known
+// at the end: feeds, initializers and all node outputs.
+std::map<ValueId, RefTensor> evaluate(const Graph& g, const std::map<ValueId, RefTensor>& feeds,
+                                      size_t max_nodes = std::numeric_limits<size_t>::max());
+
+}  // namespace torch_ort::ref

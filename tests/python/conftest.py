@@ -1,0 +1,53 @@
+"""Shared fixtures: models and a strict fallback policy (nothing may silently run in eager)."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+@pytest.fixture
+def strict(monkeypatch):
+    """Any engine failure raises instead of falling back to eager PyTorch."""
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+class MLPClassifier(torch.nn.Module):
+    def __init__(self, d_in=12, hidden=32, classes=5):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d_in, hidden)
+        self.fc2 = torch.nn.Linear(hidden, hidden)
+        self.drop = torch.nn.Dropout(p=0.0)
+        self.fc3 = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x, labels):
+        h = torch.relu(self.fc1(x))
+        h = self.drop(torch.tanh(self.fc2(h)))
+        logits = self.fc3(h)
+        return F.cross_entropy(logits, labels), logits
+
+
+class Regressor(torch.nn.Module):
+    def __init__(self, d_in=12, hidden=16):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d_in, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 1)
+
+    def forward(self, x, target):
+        pred = self.fc2(torch.sigmoid(self.fc1(x))).squeeze(-1)
+        return F.mse_loss(pred, target), pred
+
+
+def classifier_batch(n, d_in=12, classes=5, gen=None):
+    return torch.randn(n, d_in, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+
+
+def regression_batch(n, d_in=12, gen=None):
+    return torch.randn(n, d_in, generator=gen), torch.randn(n, generator=gen)
+
+
+def twin(model_cls, seed=0, **kw):
+    """Two identical models from one seed: one for eager, one to wrap."""
+    torch.manual_seed(seed)
+    a = model_cls(**kw)
+    return a, copy.deepcopy(a)

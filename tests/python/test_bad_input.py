@@ -1,0 +1,97 @@
+"""Bad input gets a clear error (FALLBACK_DISABLE) or one warning and correct eager training."""
+import warnings
+
+import pytest
+import torch
+
+from conftest import twin
+from torch_ort import ORTModule
+from torch_ort import _C
+from torch_ort.ortmodule import ORTModuleIOError, ORTModuleONNXModelException
+
+
+class WithCumsum(torch.nn.Module):  # CumSum: no kernel in the engine
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1).pow(2).mean()
+
+
+class WithAbs(torch.nn.Module):  # Abs: a kernel, but no gradient rule
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.abs(self.fc(x)).mean()
+
+
+class ComplexInput(torch.nn.Module):  # a complex input: a dtype the engine does not take
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, z):
+        return self.fc(z.real).pow(2).mean()
+
+
+def test_malformed_onnx_bytes():
+    with pytest.raises(_C.OnnxImportError, match="ModelProto"):
+        _C.Engine(b"\x08\x01garbage-not-onnx", True, [])
+
+
+@pytest.mark.parametrize("model_cls, what", [(WithCumsum, "CumSum"), (WithAbs, "Abs")])
+def test_unsupported_op_raises_with_fallback_disabled(strict, model_cls, what):
+    ours = ORTModule(model_cls())
+    with pytest.raises(ORTModuleONNXModelException, match=what) as info:
+        ours(torch.randn(3, 4)).backward()
+    assert "node" in str(info.value)
+
+
+def test_complex_input_raises_with_fallback_disabled(strict):
+    with pytest.raises(ORTModuleIOError, match="complex"):
+        ORTModule(ComplexInput())(torch.randn(3, 4, dtype=torch.cfloat))
+
+
+@pytest.mark.parametrize("model_cls, make_input", [
+    (WithCumsum, lambda g: torch.randn(3, 4, generator=g)),
+    (WithAbs, lambda g: torch.randn(3, 4, generator=g)),
+    (ComplexInput, lambda g: torch.randn(3, 4, dtype=torch.cfloat, generator=g)),
+])
+def test_default_policy_warns_once_and_trains_in_eager(model_cls, make_input):
+    eager, wrapped = twin(model_cls)
+    ours = ORTModule(wrapped)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_o = torch.optim.SGD(ours.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            x = make_input(gen)
+            for m, opt in ((eager, opt_e), (ours, opt_o)):
+                opt.zero_grad()
+                loss = m(x)
+                loss.backward()
+                opt.step()
+            torch.testing.assert_close(ours(x), eager(x))
+    ours_warnings = [w for w in caught if "torch_ort" in str(w.message)]
+    assert len(ours_warnings) == 1, [str(w.message) for w in ours_warnings]
+    assert "falling back" in str(ours_warnings[0].message)
+
+
+def test_engine_rejects_wrong_dtype():
+    """The engine itself checks each input against the graph it was built for."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    engine = _C.Engine(model.SerializeToString(), False, [False])
+    torch.testing.assert_close(engine.forward([torch.tensor([[-1.0, 2.0, 0.5]])])[0][0],
+                               torch.tensor([[0.0, 2.0, 0.5]]))
+    with pytest.raises(TypeError, match="'x'.*float"):
+        engine.forward([torch.ones(2, 3, dtype=torch.float64)])

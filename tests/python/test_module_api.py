@@ -1,0 +1,122 @@
+"""ORTModule as an nn.Module: state_dict/parameters of the original, nested inputs and outputs,
+re-export only on a schema change, save_onnx files, and the saved-set log line."""
+import glob
+import logging
+import os
+
+import onnx
+import pytest
+import torch
+
+from conftest import MLPClassifier, classifier_batch, twin
+from torch_ort import DebugOptions, LogLevel, ORTModule
+
+
+def test_module_surface_is_the_original():
+    inner = MLPClassifier()
+    ours = ORTModule(inner)
+    assert ours.module is inner
+    assert list(ours.state_dict()) == list(inner.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in inner.named_parameters()]
+    assert all(a is b for a, b in zip(ours.parameters(), inner.parameters()))
+    assert ours.fc1 is inner.fc1  # attribute access reaches the wrapped module
+    other = MLPClassifier()
+    ours.load_state_dict(other.state_dict())
+    torch.testing.assert_close(inner.fc1.weight, other.fc1.weight)
+    ours.eval()
+    assert not inner.training
+    ours.train()
+    assert inner.training
+
+
+def test_rejects_dataparallel():
+    with pytest.raises(TypeError, match="DataParallel"):
+        ORTModule(torch.nn.DataParallel(MLPClassifier()))
+
+
+class Nested(torch.nn.Module):
+    """Takes a dict and a list, returns a dict holding a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3)
+        self.b = torch.nn.Linear(4, 3)
+
+    def forward(self, inputs, extra, scale=1.0, use_b=True):
+        x = inputs["x"]
+        y = self.a(x) * scale
+        if use_b:
+            y = y + self.b(extra[0]) - extra[1]
+        return {"out": (y, torch.tanh(y)), "sum": y.sum()}
+
+
+def test_nested_inputs_outputs_and_schema(strict):
+    eager, wrapped = twin(Nested)
+    ours = ORTModule(wrapped)
+    gen = torch.Generator().manual_seed(0)
+
+    def call(m, n, **kw):
+        g = torch.Generator().manual_seed(n)
+        x, e0, e1 = (torch.randn(n, 4, generator=g) for _ in range(3))
+        return m({"x": x}, [e0, e1[:, :3]], **kw)
+
+    for n in (5, 8, 3):
+        out_o, out_e = call(ours, n), call(eager, n)
+        assert set(out_o) == {"out", "sum"} and isinstance(out_o["out"], tuple)
+        torch.testing.assert_close(out_o["out"][1], out_e["out"][1])
+        (out_o["out"][1].sum() + out_o["sum"]).backward()
+        (out_e["out"][1].sum() + out_e["sum"]).backward()
+    assert ours.export_count == 1
+    for p, q in zip(eager.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6)
+
+    # Non-tensor arguments are part of the schema: a new value re-exports, the same one does not.
+    torch.testing.assert_close(call(ours, 5, use_b=False)["sum"], call(eager, 5, use_b=False)["sum"])
+    assert ours.export_count == 2
+    torch.testing.assert_close(call(ours, 6, scale=2.0)["sum"], call(eager, 6, scale=2.0)["sum"])
+    assert ours.export_count == 3
+    call(ours, 7, scale=2.0)
+    assert ours.export_count == 3
+
+
+def test_save_onnx_writes_checkable_graphs(strict, tmp_path, monkeypatch):
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path))
+    ours = ORTModule(MLPClassifier(), DebugOptions(save_onnx=True, onnx_prefix="mlp"))
+    ours(*classifier_batch(4))[0].backward()
+    files = sorted(os.path.basename(f) for f in glob.glob(str(tmp_path / "*.onnx")))
+    assert files == ["mlp_optimized_training.onnx", "mlp_torch_exported_training.onnx",
+                     "mlp_training_training.onnx"]
+    for f in files:
+        onnx.checker.check_model(onnx.load(str(tmp_path / f)))
+    training = onnx.load(str(tmp_path / "mlp_training_training.onnx"))
+    ops = [n.op_type for n in training.graph.node]
+    assert "SoftmaxCrossEntropyLossGrad" in ops and "ReluGrad" in ops and "TanhGrad" in ops
+    outputs = [o.name for o in training.graph.output]
+    assert any("fc1.weight" in o for o in outputs[2:]), outputs  # gradients follow the outputs
+    assert ops.count("Gemm") > 3  # forward Gemms plus the backward ones
+
+
+def test_save_onnx_needs_prefix():
+    with pytest.raises(ValueError, match="onnx_prefix"):
+        DebugOptions(save_onnx=True)
+
+
+def test_info_log_reports_saved_set(strict, caplog):
+    ours = ORTModule(MLPClassifier(), DebugOptions(log_level=LogLevel.INFO))
+    logger = logging.getLogger("torch_ort")
+    logger.addHandler(caplog.handler)
+    try:
+        ours(*classifier_batch(4))[0].backward()
+    finally:
+        logger.removeHandler(caplog.handler)
+    line = next(r.getMessage() for r in caplog.records if "saved set" in r.getMessage())
+    saved, total = (int(v) for v in line.split("saved set: ")[1].split(" forward")[0].split(" of "))
+    assert 0 < saved < total, line
+
+
+def test_log_level_env_overrides_debug_options(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "ERROR")
+    assert DebugOptions(log_level=LogLevel.INFO).log_level == LogLevel.ERROR
+    monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "LOUD")
+    with pytest.raises(ValueError, match="VERBOSE, INFO, WARNING, ERROR, FATAL"):
+        DebugOptions()

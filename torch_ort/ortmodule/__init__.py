@@ -1,0 +1,18 @@
+"""ORTModule and its options (names follow ONNX Runtime Training)."""
+from torch_ort.ortmodule.fallback import (
+    FallbackPolicy,
+    ORTModuleDeviceException,
+    ORTModuleError,
+    ORTModuleInitException,
+    ORTModuleIOError,
+    ORTModuleONNXModelException,
+    ORTModuleTorchModelException,
+)
+from torch_ort.ortmodule.options import DebugOptions, LogLevel
+from torch_ort.ortmodule.ortmodule import ORTModule
+
+__all__ = [
+    "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "ORTModuleError",
+    "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
+    "ORTModuleONNXModelException", "ORTModuleInitException",
+]

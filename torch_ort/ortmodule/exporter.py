@@ -1,0 +1,121 @@
+"""Export of the wrapped module to ONNX: every dimension symbolic, parameters and buffers moved
+from initializers to graph inputs (bound to the live tensors at run time, zero copy)."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
+from torch_ort.ortmodule.options import LOGGER
+
+
+@dataclass
+class ExportResult:
+    onnx_bytes: bytes                 # the graph our engine imports (parameters as inputs)
+    raw_model: object                 # the exporter's onnx_ir model with weights (for save_onnx)
+    param_names: list[str]            # graph inputs after the user inputs, in order (FQNs)
+    out_spec: pytree.TreeSpec         # how flat outputs rebuild the module's return value
+    static_dims: list[list[int | None]]  # per user input: the sizes the export fixed (None: dynamic)
+    seconds: float = 0.0
+    input_names: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
+                                               "torch.fx.experimental.symbolic_shapes", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def _dynamic_shapes(module, args, kwargs):
+    """Dim.AUTO for every dimension of every tensor input, keyed by forward()'s parameter names
+    (torch.export keeps a dim static only when the model forces it)."""
+    def spec(x):
+        if isinstance(x, torch.Tensor):
+            return {d: torch.export.Dim.AUTO for d in range(x.dim())} or None
+        return None
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+
+
+def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None) -> ExportResult:
+    start = time.perf_counter()
+    try:
+        with _quiet_exporter():
+            program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
+                                        dynamic_shapes=_dynamic_shapes(module, args, kwargs),
+                                        verbose=False, opset_version=opset)
+            ep = program.exported_program
+    except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
+        raise ORTModuleTorchModelException(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+
+    model = program.model
+    graph = model.graph
+    named = dict(module.named_parameters(remove_duplicate=False))
+    named.update(dict(module.named_buffers(remove_duplicate=False)))
+    n_user = len(graph.inputs)
+    flat_inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if n_user != len(flat_inputs):
+        raise ORTModuleTorchModelException(
+            f"the exported graph has {n_user} inputs but the call passed {len(flat_inputs)} tensors")
+    static_dims = []
+    for value in graph.inputs:
+        dims = [d if isinstance(d, int) else None for d in value.shape.dims] if value.shape else []
+        static_dims.append(dims)
+
+    raw = None
+    # Parameters and buffers become graph inputs; other initializers (lifted constants) stay.
+    param_names = [name for name in graph.initializers if name in named]
+    moved = []
+    for name in param_names:
+        moved.append((name, graph.initializers[name].const_value))
+        value = graph.initializers.pop(name)
+        value.const_value = None
+        graph.inputs.append(value)
+    import onnx_ir  # imported late: only needed once a model is exported
+
+    onnx_bytes = onnx_ir.serde.serialize_model(model).SerializeToString()
+    raw = (model, moved)
+    seconds = time.perf_counter() - start
+    LOGGER.info("exported %s in %.2fs: %d user inputs, %d parameters/buffers as inputs, %d nodes",
+                type(module).__name__, seconds, n_user, len(param_names), len(graph))
+    return ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
+                        out_spec=ep.call_spec.out_spec, static_dims=static_dims, seconds=seconds,
+                        input_names=[v.name for v in graph.inputs[:n_user]])
+
+
+def exported_with_weights(result: ExportResult) -> bytes:
+    """The exporter's graph as it came out (weights as initializers), for DebugOptions.save_onnx."""
+    import onnx_ir
+
+    model, moved = result.raw_model
+    graph = model.graph
+    values = graph.inputs[len(graph.inputs) - len(moved):]
+    try:
+        for value, (name, data) in zip(values, moved):
+            graph.inputs.remove(value)
+            value.const_value = data
+            graph.initializers[name] = value
+        return onnx_ir.serde.serialize_model(model).SerializeToString()
+    finally:
+        for value, (name, _) in zip(values, moved):
+            graph.initializers.pop(name)
+            value.const_value = None
+            graph.inputs.append(value)

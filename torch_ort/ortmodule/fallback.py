@@ -1,0 +1,94 @@
+"""ORTMODULE_FALLBACK_POLICY: which engine failures run the original module in eager PyTorch."""
+from __future__ import annotations
+
+import enum
+import os
+import warnings
+
+from torch_ort.ortmodule.options import LOGGER
+
+
+class FallbackPolicy(enum.IntFlag):
+    FALLBACK_DISABLE = 1
+    FALLBACK_FORCE_TORCH_FORWARD = 2
+    FALLBACK_FORCE_TORCH_BACKWARD = 4
+    FALLBACK_UNSUPPORTED_DEVICE = 8
+    FALLBACK_UNSUPPORTED_DATA = 16
+    FALLBACK_UNSUPPORTED_TORCH_MODEL = 32
+    FALLBACK_UNSUPPORTED_ONNX_MODEL = 64
+    FALLBACK_BAD_INITIALIZATION = 128
+
+
+DEFAULT_POLICY = (
+    FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE
+    | FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
+    | FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL
+    | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL
+)
+
+
+def parse_policy(text: str) -> FallbackPolicy:
+    """'FALLBACK_DISABLE' or 'FALLBACK_UNSUPPORTED_DATA|FALLBACK_UNSUPPORTED_DEVICE' (prefix optional)."""
+    policy = FallbackPolicy(0)
+    for part in text.split("|"):
+        name = part.strip().upper()
+        if not name:
+            continue
+        if not name.startswith("FALLBACK_"):
+            name = "FALLBACK_" + name
+        try:
+            policy |= FallbackPolicy[name]
+        except KeyError:
+            valid = ", ".join(p.name for p in FallbackPolicy)
+            raise ValueError(f"ORTMODULE_FALLBACK_POLICY={text!r}: unknown flag {part.strip()!r}; "
+                             f"valid flags: {valid}") from None
+    return policy
+
+
+class ORTModuleError(RuntimeError):
+    """Base of the failure kinds the fallback policy knows; `policy` is the flag that covers it."""
+
+    policy = FallbackPolicy(0)
+
+
+class ORTModuleDeviceException(ORTModuleError):
+    policy = FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE
+
+
+class ORTModuleIOError(ORTModuleError):
+    policy = FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
+
+
+class ORTModuleTorchModelException(ORTModuleError):
+    policy = FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL
+
+
+class ORTModuleONNXModelException(ORTModuleError):
+    policy = FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL
+
+
+class ORTModuleInitException(ORTModuleError):
+    policy = FallbackPolicy.FALLBACK_BAD_INITIALIZATION
+
+
+class FallbackManager:
+    """Decides, per failure, whether to raise or to run eager PyTorch from now on (warning once)."""
+
+    def __init__(self):
+        self.policy = parse_policy(os.environ.get("ORTMODULE_FALLBACK_POLICY", "")) or DEFAULT_POLICY
+        self.retry = os.environ.get("ORTMODULE_FALLBACK_RETRY", "0") not in ("0", "", "false", "False")
+        self.active = bool(self.policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD)
+        self.cause: BaseException | None = None
+
+    def handle(self, error: ORTModuleError) -> None:
+        """Raises `error` unless the policy covers its kind; otherwise switches to eager."""
+        if self.policy & FallbackPolicy.FALLBACK_DISABLE or not self.policy & error.policy:
+            raise error
+        if self.cause is None:
+            warnings.warn(
+                f"torch_ort: falling back to eager PyTorch ({error.policy.name}): {error}. "
+                "Set ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE to raise instead.",
+                UserWarning, stacklevel=4)
+        LOGGER.info("fallback to PyTorch because of %s: %s", type(error).__name__, error)
+        self.cause = error
+        self.active = not self.retry

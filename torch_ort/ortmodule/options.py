@@ -1,0 +1,65 @@
+"""DebugOptions, LogLevel and the ORTMODULE_* environment variables read so far."""
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from dataclasses import dataclass
+
+LOGGER = logging.getLogger("torch_ort")
+
+
+class LogLevel(enum.IntEnum):
+    VERBOSE = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    FATAL = 4
+
+
+_TO_LOGGING = {
+    LogLevel.VERBOSE: logging.DEBUG,
+    LogLevel.INFO: logging.INFO,
+    LogLevel.WARNING: logging.WARNING,
+    LogLevel.ERROR: logging.ERROR,
+    LogLevel.FATAL: logging.CRITICAL,
+}
+
+
+def parse_log_level(text: str) -> LogLevel:
+    try:
+        return LogLevel[text.strip().upper()]
+    except KeyError:
+        valid = ", ".join(level.name for level in LogLevel)
+        raise ValueError(f"ORTMODULE_LOG_LEVEL={text!r} is not valid; use one of {valid}") from None
+
+
+@dataclass
+class DebugOptions:
+    """What ORTModule logs and saves. ORTMODULE_LOG_LEVEL, when set, overrides log_level."""
+
+    log_level: LogLevel = LogLevel.WARNING
+    save_onnx: bool = False
+    onnx_prefix: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.log_level, LogLevel):
+            raise TypeError(f"log_level must be a LogLevel, got {self.log_level!r}")
+        if self.save_onnx and not self.onnx_prefix:
+            raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix for the file names")
+        env = os.environ.get("ORTMODULE_LOG_LEVEL")
+        if env:
+            self.log_level = parse_log_level(env)
+
+    @property
+    def save_path(self) -> str:
+        """Directory save_onnx writes to: ORTMODULE_SAVE_ONNX_PATH, else the current directory."""
+        return os.environ.get("ORTMODULE_SAVE_ONNX_PATH") or os.getcwd()
+
+    def apply_log_level(self) -> None:
+        LOGGER.setLevel(_TO_LOGGING[self.log_level])
+        if not LOGGER.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("[torch_ort %(levelname)s] %(message)s"))
+            LOGGER.addHandler(handler)
+            LOGGER.propagate = False

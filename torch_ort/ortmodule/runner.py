@@ -1,0 +1,91 @@
+"""One exported graph (per module mode and input schema) and the engines built from it: a
+training engine per set of requires-grad flags, and an inference engine."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from torch_ort.ortmodule.exporter import export_module, exported_with_weights
+from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
+from torch_ort.ortmodule.options import LOGGER, DebugOptions
+
+
+def input_schema(spec, flat) -> tuple:
+    """What makes a call need a new export: the input structure, the non-tensor values, and each
+    tensor's dtype, rank and device type. Sizes are not part of it (dims are symbolic)."""
+    leaves = []
+    for x in flat:
+        if isinstance(x, torch.Tensor):
+            leaves.append(("T", x.dtype, x.dim(), x.device.type))
+        else:
+            leaves.append((type(x).__name__, repr(x)))
+    return (str(spec), tuple(leaves))
+
+
+def _load_extension():
+    try:
+        from torch_ort import _C
+    except ImportError as e:  # pragma: no cover - a broken install
+        raise ImportError("torch_ort._C is not built; run `pip install -e . --no-build-isolation` "
+                          f"(see README): {e}") from e
+    return _C
+
+
+class GraphRunner:
+    def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions):
+        opset = os.environ.get("ORTMODULE_ONNX_OPSET_VERSION")
+        self.export = export_module(module, args, kwargs, int(opset) if opset else None)
+        named = dict(module.named_parameters(remove_duplicate=False))
+        named.update(dict(module.named_buffers(remove_duplicate=False)))
+        self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
+        self._debug = debug
+        self._mode = "training" if module.training else "inference"
+        self._engines: dict = {}
+
+    def accepts(self, tensors) -> bool:
+        """False when the export fixed a size that this call's inputs do not have."""
+        for t, dims in zip(tensors, self.export.static_dims):
+            for size, fixed in zip(t.shape, dims):
+                if fixed is not None and size != fixed:
+                    return False
+        return True
+
+    def engine_for(self, training: bool, tensors, params):
+        flags = tuple(t.requires_grad for t in (*tensors, *params)) if training else None
+        engine = self._engines.get((training, flags))
+        if engine is None:
+            engine = self._build(training, list(flags) if flags else [False] * (len(tensors) + len(params)))
+            self._engines[(training, flags)] = engine
+        return engine
+
+    def _build(self, training: bool, flags: list[bool]):
+        _C = _load_extension()
+        try:
+            engine = _C.Engine(self.export.onnx_bytes, training, flags)
+        except (_C.OnnxImportError, _C.VerifyError, _C.GradientError, _C.UnsupportedOpError) as e:
+            raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
+        stats = engine.stats()
+        if training:
+            LOGGER.info("training graph: %d forward nodes, %d backward nodes; saved set: %d of %d "
+                        "forward values kept for backward (plus %d graph inputs)",
+                        stats["num_forward_nodes"], stats["num_backward_nodes"],
+                        stats["num_saved_activations"], stats["num_forward_values"],
+                        stats["num_saved"] - stats["num_saved_activations"])
+        else:
+            LOGGER.info("inference graph: %d nodes", stats["num_forward_nodes"])
+        if self._debug.save_onnx:
+            self._save(engine, training)
+        return engine
+
+    def _save(self, engine, training: bool) -> None:
+        base = os.path.join(self._debug.save_path, self._debug.onnx_prefix)
+        os.makedirs(self._debug.save_path, exist_ok=True)
+        files = {f"{base}_torch_exported_{self._mode}.onnx": exported_with_weights(self.export),
+                 f"{base}_optimized_{self._mode}.onnx": engine.forward_graph_onnx()}
+        if training:
+            files[f"{base}_training_{self._mode}.onnx"] = engine.training_graph_onnx()
+        for path, data in files.items():
+            with open(path, "wb") as f:
+                f.write(data)
+            LOGGER.info("saved %s", path)
