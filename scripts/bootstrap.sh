@@ -38,3 +38,8 @@ scripts/build_protobuf.sh
 echo "[bootstrap] building torch_ort._C"
 export MAX_JOBS=${MAX_JOBS:-2}
 .venv/bin/python setup.py -q build_ext --inplace
+# Editable install (no rebuild, no deps): `import torch_ort` works from any directory, e.g. for
+# the examples, and always sees this checkout's sources.
+if ! .venv/bin/python -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$PWD/') else 1)" 2>/dev/null; then
+  .venv/bin/pip install -q --no-build-isolation --no-deps -e .
+fi

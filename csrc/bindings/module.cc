@@ -112,6 +112,16 @@ PYBIND11_MODULE(_C, m) {
         py::arg("onnx_bytes"), "Imports ONNX bytes and runs the IR verifier (raises VerifyError).");
   m.def("kernel_ops", [] { return KernelRegistry::instance().ops(); },
         "'domain::op' of every registered kernel ('' is the ONNX domain).");
+  m.def("differentiable_ops", [] {
+        std::vector<std::string> out;
+        const auto& reg = GradientRegistry::instance();
+        for (const std::string& key : reg.ops()) {
+          const size_t sep = key.find("::");
+          if (reg.find(key.substr(0, sep), key.substr(sep + 2))->rule) out.push_back(key);
+        }
+        return out;
+      },
+      "'domain::op' of every op with a gradient rule (NO_GRADIENT entries left out).");
   m.def("gradient_ops", [] { return GradientRegistry::instance().ops(); },
         "'domain::op' of every gradient registry entry (rules and NO_GRADIENT).");
 }

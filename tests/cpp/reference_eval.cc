@@ -13,7 +13,6 @@ namespace torch_ort::ref {
 namespace {
 
 using Dims = std::vector<int64_t>;
-using Ins = std::vector<const RefTensor*>;
 using Outs = std::vector<RefTensor>;
 
 [[noreturn]] void fail(const Node& n, const std::string& why) {
@@ -209,7 +208,6 @@ Dims axes_of(const Node& n, const Ins& in, size_t i) {
   return n.attrs.get_ints("axes", {});
 }
 
-using OpFn = std::function<Outs(const Node&, const Ins&)>;
 #define OP(name) {name, []([[maybe_unused]] const Node& n, [[maybe_unused]] const Ins& in) -> Outs
 #define X(i) (*in.at(i))
 #define UNARY(name, expr) OP(name) { return {nary(n, {in.at(0)}, X(0).dtype, [](const double* v) { double x = v[0]; return (expr); })}; }}
@@ -469,12 +467,26 @@ RefTensor from_tensor_data(const TensorData& t) {
   return r;
 }
 
+std::map<std::string, OpFn>& extra_ops() {  // "domain::op" -> fn, filled by register_op
+  static std::map<std::string, OpFn> ops;
+  return ops;
+}
+
+bool register_op(const std::string& domain, const std::string& op, OpFn fn) {
+  if (!extra_ops().emplace(domain + "::" + op, std::move(fn)).second)
+    throw std::logic_error("reference_eval: op '" + domain + "::" + op + "' registered twice");
+  return true;
+}
+
 std::vector<RefTensor> eval_node(const Node& n, const Ins& in) {
   bool ours = n.domain == kOurDomain;
   if (!ours && !n.domain.empty() && n.domain != "ai.onnx") fail(n, "unknown domain '" + n.domain + "'");
   const auto& table = ours ? our_ops() : onnx_ops();
   auto it = table.find(n.op_type);
-  if (it == table.end()) fail(n, "unsupported op '" + n.op_type + "' in domain '" + n.domain + "'");
+  if (it == table.end()) {
+    it = extra_ops().find((ours ? std::string(kOurDomain) : std::string()) + "::" + n.op_type);
+    if (it == extra_ops().end()) fail(n, "unsupported op '" + n.op_type + "' in domain '" + n.domain + "'");
+  }
   if (in.empty() || !in[0]) {
     if (n.op_type != "Constant") fail(n, "input 0 is missing");
   }

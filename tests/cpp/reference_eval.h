@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <limits>
 #include <map>
 #include <vector>
@@ -30,6 +32,12 @@ RefTensor from_tensor_data(const TensorData& t);
 // output the op defines (callers drop those the node omits). Throws std::runtime_error naming the
 // op and node for unknown ops or bad inputs.
 std::vector<RefTensor> eval_node(const Node& n, const std::vector<const RefTensor*>& in);
+
+// Ops added from other files (one file per op family), looked up after the built-in tables:
+//   static const bool kReg = ref::register_op("", "Gelu", [](const Node& n, const Ins& in) {...});
+using Ins = std::vector<const RefTensor*>;
+using OpFn = std::function<std::vector<RefTensor>(const Node&, const Ins&)>;
+bool register_op(const std::string& domain, const std::string& op, OpFn fn);
 
 // Evaluates g.nodes[0, max_nodes) in order. `feeds` binds graph inputs (or any other value, e.g.
 // gradient inputs of a training graph); initializers are read from g. Returns every value known

@@ -13,63 +13,19 @@
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/verifier.h"
+#include "tests/cpp/grad_cases.h"
 #include "tests/cpp/reference_eval.h"
 
 namespace torch_ort {
+namespace gradcheck {
+std::vector<Case>& registered_cases() {
+  static std::vector<Case> cases;
+  return cases;
+}
+}  // namespace gradcheck
 namespace {
 
-using ref::RefTensor;
-using Dims = std::vector<int64_t>;
-using I = int64_t;  // int attributes in the tables: {"axis", I{1}}
-
-constexpr double kEps = 1e-6, kRtol = 1e-5, kAtol = 1e-7;
-
-enum class Kind { kGrad, kNoGrad, kPositive, kPositiveNoGrad, kBool, kLabels, kConstInts, kConstScalar, kOmitted };
-struct In {
-  Kind kind;
-  Dims shape;                  // graph inputs; ignored for constants
-  std::vector<int64_t> ints;   // label values (kLabels) or the constant (kConstInts)
-  double scalar = 0;           // kConstScalar value (a double initializer)
-};
-In G(Dims s) { return {Kind::kGrad, std::move(s), {}}; }            // random, requires grad
-In N(Dims s) { return {Kind::kNoGrad, std::move(s), {}}; }          // random, no grad
-In P(Dims s) { return {Kind::kPositive, std::move(s), {}}; }        // in [0.5, 2], requires grad
-In W(Dims s) { return {Kind::kPositiveNoGrad, std::move(s), {}}; }  // in [0.5, 2], no grad (loss weights)
-In B(Dims s) { return {Kind::kBool, std::move(s), {}}; }
-In L(Dims s, std::vector<int64_t> v) { return {Kind::kLabels, std::move(s), std::move(v)}; }
-In K(std::vector<int64_t> v) { return {Kind::kConstInts, {}, std::move(v)}; }
-In S(double v) { return {Kind::kConstScalar, {}, {}, v}; }
-In Omit() { return {Kind::kOmitted, {}, {}}; }
-bool wants_grad(Kind k) { return k == Kind::kGrad || k == Kind::kPositive; }
-
-using Builder = std::function<std::vector<ValueId>(Graph&, const std::vector<ValueId>&)>;
-struct Case {
-  std::string name;      // gtest-safe: letters, digits, '_'
-  std::string op;        // the op whose rule this covers (for the registry coverage test)
-  std::vector<In> ins;
-  Attributes attrs = {};
-  int num_outputs = 1;
-  Builder build = nullptr;  // a small graph instead of one `op` node
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-Attributes A(std::initializer_list<std::pair<const char*, Attribute>> kv) {
-  Attributes a;
-  for (const auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
-std::vector<ValueId> add_node(Graph& g, const std::string& op, std::vector<ValueId> ins, Attributes attrs = {},
-                              int num_outputs = 1) {
-  std::vector<ValueId> outs;
-  for (int i = 0; i < num_outputs; ++i) outs.push_back(g.new_value(op + "_out", DType::kUndefined, Shape::unknown()));
-  g.nodes.push_back(Node{"", op, g.unique_node_name("/" + op), std::move(ins), outs, std::move(attrs)});
-  return outs;
-}
-ValueId add1(Graph& g, const std::string& op, std::vector<ValueId> ins, Attributes attrs = {}) {
-  return add_node(g, op, std::move(ins), std::move(attrs))[0];
-}
-const std::string kMean = "mean", kSum = "sum", kNone = "none";
-constexpr int64_t kF = int64_t(DType::kFloat), kD = int64_t(DType::kDouble);
+using namespace gradcheck;  // NOLINT: the case vocabulary (G, N, P, Case, add1, ...)
 
 std::vector<Case> cases() {
   std::vector<Case> c = {
@@ -197,6 +153,7 @@ std::vector<Case> cases() {
                  ValueId two = add1(g, "Constant", {}, A({{"value", TensorData::scalar_float(DType::kDouble, 2.0)}}));
                  return std::vector<ValueId>{add1(g, "ReduceMean", {add1(g, "Pow", {d, two})}, A({{"keepdims", I{0}}}))};
                }});
+  for (const Case& extra : registered_cases()) c.push_back(extra);
   return c;
 }
 

@@ -83,7 +83,6 @@ def test_default_policy_warns_once_and_trains_in_eager(model_cls, make_input):
 
 def test_engine_rejects_wrong_dtype():
     """The engine itself checks each input against the graph it was built for."""
-    import onnx
     from onnx import TensorProto, helper
 
     node = helper.make_node("Relu", ["x"], ["y"])

@@ -53,7 +53,6 @@ class Nested(torch.nn.Module):
 def test_nested_inputs_outputs_and_schema(strict):
     eager, wrapped = twin(Nested)
     ours = ORTModule(wrapped)
-    gen = torch.Generator().manual_seed(0)
 
     def call(m, n, **kw):
         g = torch.Generator().manual_seed(n)

@@ -10,7 +10,7 @@ from torch_ort.ortmodule.fallback import (
     ORTModuleError,
     ORTModuleIOError,
 )
-from torch_ort.ortmodule.options import LOGGER, DebugOptions
+from torch_ort.ortmodule.options import DebugOptions
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
 
 _ORIGINAL = "_original_module"

@@ -111,6 +111,11 @@ bool GradCtx::is_const(int i) const {
   return p >= 0 && g_.nodes[p].op_type == "Constant";
 }
 
+int64_t GradCtx::opset() const {
+  auto it = g_.opset_imports.find("");
+  return it == g_.opset_imports.end() ? 20 : it->second;
+}
+
 std::vector<int64_t> GradCtx::const_ints(int i) const {
   ValueId v = in(i);
   if (auto it = g_.initializers.find(v); it != g_.initializers.end()) return it->second.as_int64s();

@@ -38,6 +38,7 @@ class GradCtx {
   // Constant int64 values of an input that must be constant (axes, shape): initializer or Constant.
   std::vector<int64_t> const_ints(int i) const;
   bool is_const(int i) const;
+  int64_t opset() const;               // the default-domain opset the graph was exported with
 
   // --- what the rule writes
   void set_grad(int i, ValueId grad);  // gradient of input i (ignored when !needs(i))

@@ -13,11 +13,36 @@ ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
   return g.op("Gemm", {a, b}, std::move(at));
 }
 
-// Y = A·B with numpy batching/broadcasting (ranks >= 2).
+ValueId unsqueeze(GradCtx& g, ValueId x, int64_t axis) { return g.op("Unsqueeze", {x, g.const_ints(std::vector<int64_t>{axis})}); }
+
+// Numpy's rank-1 cases: a vector operand is a row (A) or a column (B) that the product drops.
+//   A (K), B (..., K, N):  dA = Σ dY[..., None, :]·Bᵀ,     dB = A[:, None]·dY[..., None, :]
+//   A (..., M, K), B (K):  dA = dY[..., None]·B,           dB = Σ dY[..., None, :]·A
+//   A (K), B (K):          dA = dY·B,                      dB = dY·A
+void matmul_vector_grad(GradCtx& g, int64_t ra, int64_t rb) {
+  const ValueId a = g.in(0), b = g.in(1), dy = g.grad_out(0);
+  if (ra == 1 && rb == 1) {
+    if (g.needs(0)) g.set_grad(0, g.mul(dy, b));
+    if (g.needs(1)) g.set_grad(1, g.mul(dy, a));
+    return;
+  }
+  auto sum_to = [&](ValueId x, ValueId like) {
+    return g.ours("SumToShape", {x, g.shape_of(like)}, {}, DType::kUndefined, g.info(like).shape);
+  };
+  if (ra == 1) {
+    if (g.needs(0)) g.set_grad(0, sum_to(g.matmul(unsqueeze(g, dy, -2), g.transpose_last2(b)), a));
+    if (g.needs(1)) g.set_grad(1, g.sum_to_shape_of(g.matmul(unsqueeze(g, a, -1), unsqueeze(g, dy, -2)), b));
+  } else {
+    if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.mul(unsqueeze(g, dy, -1), b), a));
+    if (g.needs(1)) g.set_grad(1, sum_to(g.matmul(unsqueeze(g, dy, -2), a), b));
+  }
+}
+
+// Y = A·B with numpy batching/broadcasting.
 //   dA = dY·Bᵀ, dB = Aᵀ·dY  (each summed over broadcast batch dims)
 void matmul_grad(GradCtx& g) {
-  if (g.rank(g.in(0)) < 2 || g.rank(g.in(1)) < 2)
-    throw GradientError(g.node().describe() + ": MatMul gradient with a rank-1 operand is not supported yet");
+  const int64_t ra = g.rank(g.in(0)), rb = g.rank(g.in(1));
+  if (ra < 2 || rb < 2) return matmul_vector_grad(g, ra, rb);
   const ValueId dy = g.grad_out(0);
   if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.matmul(dy, g.transpose_last2(g.in(1))), g.in(0)));
   if (g.needs(1)) g.set_grad(1, g.sum_to_shape_of(g.matmul(g.transpose_last2(g.in(0)), dy), g.in(1)));

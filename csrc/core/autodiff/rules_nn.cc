@@ -6,21 +6,30 @@
 namespace torch_ort {
 namespace {
 
-Attributes axis_attr(const GradCtx& g) {
+// Softmax/LogSoftmax: opset >= 13 normalises along `axis` (default -1); older opsets flatten the
+// input to 2-D at `axis` (default 1) and normalise each row, so the gradient does the same.
+void softmax_family_grad(GradCtx& g, const char* grad_op) {
+  const bool coerced = g.opset() < 13;
+  const int64_t axis = g.attrs().get_int("axis", coerced ? 1 : -1);
   Attributes a;
-  a.set("axis", g.attrs().get_int("axis", -1));  // opset >= 13 default
-  return a;
+  if (!coerced) {
+    a.set("axis", axis);
+    return g.set_grad(0, g.ours(grad_op, {g.grad_out(0), g.out(0)}, std::move(a), DType::kUndefined,
+                                g.info(g.in(0)).shape));
+  }
+  Attributes flat;
+  flat.set("axis", axis);
+  a.set("axis", int64_t{1});
+  ValueId dy2 = g.op("Flatten", {g.grad_out(0)}, flat);
+  ValueId y2 = g.op("Flatten", {g.out(0)}, flat);
+  ValueId dx2 = g.ours(grad_op, {dy2, y2}, std::move(a));
+  Attributes keep;
+  keep.set("allowzero", int64_t{1});
+  g.set_grad(0, g.op("Reshape", {dx2, g.shape_of(g.in(0))}, std::move(keep), DType::kUndefined,
+                     g.info(g.in(0)).shape));
 }
-
-void softmax_grad(GradCtx& g) {  // dX = Y · (dY − Σ dY·Y)
-  g.set_grad(0, g.ours("SoftmaxGrad", {g.grad_out(0), g.out(0)}, axis_attr(g), DType::kUndefined,
-                       g.info(g.in(0)).shape));
-}
-
-void log_softmax_grad(GradCtx& g) {  // dX = dY − exp(Y) · Σ dY
-  g.set_grad(0, g.ours("LogSoftmaxGrad", {g.grad_out(0), g.out(0)}, axis_attr(g), DType::kUndefined,
-                       g.info(g.in(0)).shape));
-}
+void softmax_grad(GradCtx& g) { softmax_family_grad(g, "SoftmaxGrad"); }         // dX = Y·(dY − Σ dY·Y)
+void log_softmax_grad(GradCtx& g) { softmax_family_grad(g, "LogSoftmaxGrad"); }  // dX = dY − exp(Y)·Σ dY
 
 Attributes loss_attrs(const GradCtx& g) {
   Attributes a;
@@ -31,13 +40,24 @@ Attributes loss_attrs(const GradCtx& g) {
 
 // d scores = (softmax(scores) − onehot(labels)) · w · dLoss / normaliser, computed from the
 // forward's log_prob output without ever materialising a one-hot.
+// A gradient reaching the log_prob output (when the model uses it) adds LogSoftmax's gradient
+// along the class axis (1).
 void softmax_cross_entropy_grad(GradCtx& g) {
-  if (g.has_grad_out(1))
-    throw GradientError(g.node().describe() + ": a gradient through the log_prob output is not supported");
-  std::vector<ValueId> ins{g.grad_out(0), g.out(1), g.in(1)};
-  if (g.has_in(2)) ins.push_back(g.in(2));
-  g.set_grad(0, g.ours("SoftmaxCrossEntropyLossGrad", std::move(ins), loss_attrs(g),
-                       DType::kUndefined, g.info(g.in(0)).shape));
+  ValueId d = kNoValue;
+  if (g.has_grad_out(0)) {
+    std::vector<ValueId> ins{g.grad_out(0), g.out(1), g.in(1)};
+    if (g.has_in(2)) ins.push_back(g.in(2));
+    d = g.ours("SoftmaxCrossEntropyLossGrad", std::move(ins), loss_attrs(g), DType::kUndefined,
+               g.info(g.in(0)).shape);
+  }
+  if (g.has_grad_out(1)) {
+    Attributes a;
+    a.set("axis", int64_t{1});
+    ValueId dlp = g.ours("LogSoftmaxGrad", {g.grad_out(1), g.out(1)}, std::move(a), DType::kUndefined,
+                         g.info(g.in(0)).shape);
+    d = d == kNoValue ? dlp : g.add(d, dlp);
+  }
+  g.set_grad(0, d);
 }
 
 // d input = −onehot(labels) · w · dLoss / normaliser (the input itself is read for its shape).

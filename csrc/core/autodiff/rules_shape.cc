@@ -29,15 +29,19 @@ void expand_grad(GradCtx& g) {  // dX = dY summed to X's shape
 // Reductions: dX = dY broadcast back over the reduced axes (÷ count for the mean).
 // Axes come from the 'axes' input (opset 18; ReduceSum since 13) or the older attribute.
 void reduce_grad(GradCtx& g, const char* grad_op) {
-  std::vector<int64_t> axes = g.attrs().get_ints("axes", {});
-  if (g.has_in(1)) axes = g.const_ints(1);
-  if (axes.empty() && g.attrs().get_int("noop_with_empty_axes", 0) != 0)
-    return g.set_grad(0, g.grad_out(0));  // the op was an identity
+  const bool noop = g.attrs().get_int("noop_with_empty_axes", 0) != 0;
   Attributes a;
-  a.set("axes", axes);
   a.set("keepdims", g.attrs().get_int("keepdims", 1));
-  g.set_grad(0, g.ours(grad_op, {g.grad_out(0), g.shape_of(g.in(0))}, std::move(a),
-                       DType::kUndefined, g.info(g.in(0)).shape));
+  std::vector<ValueId> ins{g.grad_out(0), g.shape_of(g.in(0))};
+  if (g.has_in(1) && !g.is_const(1)) {  // axes known only at run time: the kernel reads them
+    a.set("noop_with_empty_axes", int64_t{noop});
+    ins.push_back(g.in(1));
+  } else {
+    std::vector<int64_t> axes = g.has_in(1) ? g.const_ints(1) : g.attrs().get_ints("axes", {});
+    if (axes.empty() && noop) return g.set_grad(0, g.grad_out(0));  // the op was an identity
+    a.set("axes", axes);
+  }
+  g.set_grad(0, g.ours(grad_op, std::move(ins), std::move(a), DType::kUndefined, g.info(g.in(0)).shape));
 }
 void reduce_sum_grad(GradCtx& g) { reduce_grad(g, "ReduceSumGrad"); }
 void reduce_mean_grad(GradCtx& g) { reduce_grad(g, "ReduceMeanGrad"); }

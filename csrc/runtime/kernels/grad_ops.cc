@@ -61,7 +61,9 @@ void sum_to_shape_kernel(KernelCtx& c) {
 // forward dropped them, then broadcast (a view: nothing is copied).
 at::Tensor spread_reduced(KernelCtx& c, at::Tensor dy, const std::vector<int64_t>& x_shape) {
   const int64_t r = static_cast<int64_t>(x_shape.size());
-  std::vector<int64_t> axes = c.attrs.get_ints("axes", {});
+  // Axes: the forward's own axes input when it was not a constant, else the attribute.
+  std::vector<int64_t> axes = c.has_input(2) ? c.input_ints(2) : c.attrs.get_ints("axes", {});
+  if (axes.empty() && c.attrs.get_int("noop_with_empty_axes", 0) != 0) return dy;  // was an identity
   if (axes.empty())
     for (int64_t d = 0; d < r; ++d) axes.push_back(d);  // empty: every axis was reduced
   axes = norm_axes(c, std::move(axes), r);
