@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
+from torch_ort.ortmodule import translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
@@ -61,6 +62,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
         with _quiet_exporter():
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
+                                        custom_translation_table=translations.TABLE or None,
                                         verbose=False, opset_version=opset)
             ep = program.exported_program
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
