@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +28,15 @@ class ExportResult:
     static_dims: list[list[int | None]]  # per user input: the sizes the export fixed (None: dynamic)
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
+    out_constants: dict[int, object] = field(default_factory=dict)  # out_spec leaf -> value the
+    #   graph does not compute (None entries, Python numbers); every other leaf is a graph output
+
+    def rebuild_outputs(self, tensors) -> object:
+        """The module's return value (ModelOutput, dict, tuple, ...) from the graph's outputs."""
+        tensors = iter(tensors)
+        leaves = [self.out_constants[i] if i in self.out_constants else next(tensors)
+                  for i in range(self.out_spec.num_leaves)]
+        return pytree.tree_unflatten(leaves, self.out_spec)
 
 
 @contextlib.contextmanager
@@ -36,13 +47,43 @@ def _quiet_exporter():
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    stderr = io.StringIO()  # torch.export prints partial graphs of a failed capture to stderr
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stderr(stderr):
             warnings.simplefilter("ignore")
             yield
     finally:
         for lg, lv in zip(loggers, levels):
             lg.setLevel(lv)
+        if stderr.getvalue().strip():
+            LOGGER.debug("exporter output:\n%s", stderr.getvalue())
+
+
+_DATA_DEPENDENT_HINT = (
+    "Python control flow on a tensor's value (`if tensor:`, `.item()`, `bool(tensor)`) cannot be "
+    "captured in a graph; use torch.where or torch.cond, or keep the decision outside the module.")
+
+
+def _explain_failure(module: torch.nn.Module, error: BaseException) -> str:
+    """One readable paragraph: what torch.export rejected, where in the model, how to fix it."""
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    text = str(root)
+    message = f"torch.onnx.export could not capture {type(module).__name__}: {type(root).__name__}: " \
+              f"{text.strip().splitlines()[0] if text.strip() else ''}"
+    # torch.export names the user's source line: 'File "x.py", line 9, in forward\n    if h.sum() > 0:'
+    where = re.search(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)', text)
+    # The partial graph's last node is the op that needed a value it could not know.
+    nodes = re.findall(r'^\s*(\w+): "[^"]*" = torch\.ops\.([\w.]+)\(', getattr(root, "partial_fx_graph", "") or "",
+                       re.MULTILINE)
+    if nodes:
+        message += f" — node '{nodes[-1][0]}' ({nodes[-1][1]})"
+    if where:
+        message += f" — at {where.group(1)}:{where.group(2)} in {where.group(3)}: `{where.group(4).strip()}`"
+    if "data-dependent" in text or "DataDependent" in type(root).__name__:
+        message += ". " + _DATA_DEPENDENT_HINT
+    return message + " (ORTMODULE_LOG_LEVEL=VERBOSE logs the exporter's full report)"
 
 
 def _dynamic_shapes(module, args, kwargs):
@@ -66,7 +107,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                                         verbose=False, opset_version=opset)
             ep = program.exported_program
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
-        raise ORTModuleTorchModelException(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+        LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
+        raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
 
     model = program.model
     graph = model.graph
@@ -98,8 +140,13 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     seconds = time.perf_counter() - start
     LOGGER.info("exported %s in %.2fs: %d user inputs, %d parameters/buffers as inputs, %d nodes",
                 type(module).__name__, seconds, n_user, len(param_names), len(graph))
+    user_outputs = [spec.arg for spec in ep.graph_signature.output_specs
+                    if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    out_constants = {i: arg.value for i, arg in enumerate(user_outputs)
+                     if isinstance(arg, torch.export.graph_signature.ConstantArgument)}
     return ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
-                        out_spec=ep.call_spec.out_spec, static_dims=static_dims, seconds=seconds,
+                        out_spec=ep.call_spec.out_spec, out_constants=out_constants,
+                        static_dims=static_dims, seconds=seconds,
                         input_names=[v.name for v in graph.inputs[:n_user]])
 
 
