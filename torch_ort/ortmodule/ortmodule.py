@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
+from torch_ort.ortmodule import hf
 from torch_ort.ortmodule.bridge import EngineFunction
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
@@ -32,6 +33,7 @@ class ORTModule(torch.nn.Module):
         self._fallback = FallbackManager()
         self._runners: dict = {}  # (training path, input schema) -> GraphRunner
         self.export_count = 0      # how many times the module was exported (tests assert it)
+        self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
 
     # --- the original module shows through -------------------------------------------------
     @property
@@ -72,6 +74,7 @@ class ORTModule(torch.nn.Module):
             return self.module(*args, **kwargs)
 
     def _forward_engine(self, args, kwargs):
+        kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
@@ -88,10 +91,12 @@ class ORTModule(torch.nn.Module):
         # Gradients are built whenever autograd would record the call (also in eval mode, where
         # ORT silently ran inference); otherwise the forward-only inference engine runs.
         training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *params))
+        built = runner.engines_built
         engine = runner.engine_for(training, tensors, params)
+        self.engine_build_count += runner.engines_built - built
         if training:
             outputs = EngineFunction.apply(engine, *tensors, *params)
         else:
             with torch.no_grad():
                 outputs, _ = engine.forward([*tensors, *params])
-        return pytree.tree_unflatten(list(outputs), runner.export.out_spec)
+        return runner.export.rebuild_outputs(outputs)

@@ -42,6 +42,7 @@ class GraphRunner:
         self._debug = debug
         self._mode = "training" if module.training else "inference"
         self._engines: dict = {}
+        self.engines_built = 0  # a new requires-grad set builds a gradient graph, never re-exports
 
     def accepts(self, tensors) -> bool:
         """False when the export fixed a size that this call's inputs do not have."""
@@ -63,6 +64,7 @@ class GraphRunner:
         _C = _load_extension()
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
+            self.engines_built += 1
         except (_C.OnnxImportError, _C.VerifyError, _C.GradientError, _C.UnsupportedOpError) as e:
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         stats = engine.stats()

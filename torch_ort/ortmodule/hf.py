@@ -1,0 +1,72 @@
+"""Hugging Face call conventions: use_cache off where gradients flow, DynamicCache as a pytree.
+
+transformers' decoder models (GPT-2, Llama, ...) default to use_cache=True and return a
+`DynamicCache` holding every layer's keys and values. In a training step nothing reads it: the
+loop takes `.loss` (or `.logits`), and Hugging Face itself turns the cache off whenever it trains
+with gradient checkpointing. Returning it from our graph would cost a graph output per key/value
+tensor and a zero gradient for each in backward. So ORTModule decides, per call:
+
+- gradients can flow (grad mode on) and the caller did not pass `use_cache` or
+  `past_key_values`: the model runs with `use_cache=False` (logged once at INFO). The loss, the
+  logits and their gradients are exactly eager's; `past_key_values` is simply absent.
+- anything else (`use_cache=True` passed explicitly, a cache passed in, or a forward-only call
+  under `torch.no_grad()`): the model's own behaviour holds, and the DynamicCache leaves the graph
+  as tensors (transformers' own pytree registration) and comes back rebuilt as a DynamicCache.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+
+import torch
+
+from torch_ort.ortmodule.options import LOGGER
+
+_logged: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_cache_registered = False
+
+
+def register_cache_pytree() -> bool:
+    """Lets torch.export flatten a transformers DynamicCache (idempotent). False if unavailable."""
+    global _cache_registered
+    if not _cache_registered:
+        try:
+            from transformers.integrations.executorch import register_dynamic_cache_export_support
+        except ImportError:  # an older or newer transformers without the helper
+            return False
+        register_dynamic_cache_export_support()
+        _cache_registered = True
+    return True
+
+
+def _takes_use_cache(module: torch.nn.Module) -> bool:
+    config = getattr(module, "config", None)
+    if not getattr(config, "use_cache", False):
+        return False  # the model does not build a cache by default
+    try:
+        return "use_cache" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled: bool) -> dict:
+    """The keyword arguments ORTModule runs `module` with (a new dict when it changes any)."""
+    if not _takes_use_cache(module):
+        return kwargs
+    if "transformers" in sys.modules:  # the model may build a DynamicCache; never import it ourselves
+        register_cache_pytree()
+    if not grad_enabled:
+        return kwargs
+    try:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return kwargs  # a call eager would reject too; let the model say so
+    if "use_cache" in bound or bound.get("past_key_values") is not None:
+        return kwargs  # the caller asked for a cache: honour it
+    if module not in _logged:
+        _logged.add(module)
+        LOGGER.info("%s: running with use_cache=False while gradients flow (its key/value cache "
+                    "is not trained through); pass use_cache=True to get past_key_values",
+                    type(module).__name__)
+    return {**kwargs, "use_cache": False}
