@@ -1,0 +1,157 @@
+"""Small real models for model-level tests: Hugging Face GPT-2 and BERT from tiny configs (random
+init, nothing downloaded) and a nanoGPT written by hand; each comes with a batch maker."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB, WIDTH, HEADS, LAYERS, POSITIONS = 96, 32, 4, 2, 64
+
+
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # tiny configs trip harmless config warnings
+    return transformers
+
+
+def gpt2(dropout: float = 0.0, vocab: int = VOCAB, width: int = WIDTH, layers: int = LAYERS):
+    """GPT2LMHeadModel: lm_head.weight IS transformer.wte.weight (tied)."""
+    tf = _quiet_transformers()
+    config = tf.GPT2Config(vocab_size=vocab, n_embd=width, n_head=HEADS, n_layer=layers,
+                           n_positions=POSITIONS, resid_pdrop=dropout, embd_pdrop=dropout,
+                           attn_pdrop=dropout, bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM")
+    return tf.GPT2LMHeadModel(config)
+
+
+def _bert_config(dropout: float):
+    tf = _quiet_transformers()
+    return tf.BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_attention_heads=HEADS,
+                         num_hidden_layers=LAYERS, intermediate_size=2 * WIDTH,
+                         max_position_embeddings=POSITIONS, hidden_dropout_prob=dropout,
+                         attention_probs_dropout_prob=dropout, pad_token_id=0, num_labels=3)
+
+
+def bert_mlm(dropout: float = 0.0):
+    return _quiet_transformers().BertForMaskedLM(_bert_config(dropout))
+
+
+def bert_cls(dropout: float = 0.0):
+    return _quiet_transformers().BertForSequenceClassification(_bert_config(dropout))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, dropout)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(approximate="tanh"),
+                                 nn.Linear(4 * width, width), nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPT(nn.Module):
+    """nanoGPT (Karpathy) in miniature: tied wte/lm_head, F.scaled_dot_product_attention(is_causal)."""
+
+    def __init__(self, vocab: int = VOCAB, width: int = WIDTH, heads: int = HEADS,
+                 layers: int = LAYERS, positions: int = POSITIONS, dropout: float = 0.0):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(positions, width)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying: one parameter, two uses
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers))
+
+    def forward(self, idx, targets=None):
+        T = idx.shape[1]
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+
+def nanogpt(dropout: float = 0.0):
+    return NanoGPT(dropout=dropout)
+
+
+# --- batches: (args, kwargs) exactly as a training loop passes them -----------------------------
+def lm_batch(batch: int, seq: int, gen: torch.Generator):
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen)
+    return (), {"input_ids": ids, "labels": ids}
+
+
+def nanogpt_batch(batch: int, seq: int, gen: torch.Generator):
+    data = torch.randint(0, VOCAB, (batch, seq + 1), generator=gen)
+    return (data[:, :-1].contiguous(), data[:, 1:].contiguous()), {}
+
+
+def _padded_mask(batch: int, seq: int, gen: torch.Generator):
+    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=gen)
+    lengths[0] = seq
+    return (torch.arange(seq)[None, :] < lengths[:, None]).long()  # (B, T): 1 = token, 0 = padding
+
+
+def mlm_batch(batch: int, seq: int, gen: torch.Generator):
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen)
+    mask = _padded_mask(batch, seq, gen)
+    ids = ids * mask  # padding uses pad_token_id 0
+    labels = torch.where(torch.rand(batch, seq, generator=gen) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 0] = ids[0, 0]  # at least one position is predicted
+    labels = torch.where(mask.bool(), labels, torch.full_like(ids, -100))
+    return (), {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def cls_batch(batch: int, seq: int, gen: torch.Generator):
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen)
+    mask = _padded_mask(batch, seq, gen)
+    labels = torch.randint(0, 3, (batch,), generator=gen)
+    return (), {"input_ids": ids * mask, "attention_mask": mask, "labels": labels}
+
+
+def loss_of(output) -> torch.Tensor:
+    """The loss, whether the model returns a ModelOutput or nanoGPT's (logits, loss)."""
+    return output[1] if isinstance(output, tuple) else output.loss
+
+
+# name -> (factory(dropout), batch maker): the models issue 3 asks to train with eager parity.
+ZOO = {
+    "gpt2": (gpt2, lm_batch),
+    "bert_mlm": (bert_mlm, mlm_batch),
+    "bert_cls": (bert_cls, cls_batch),
+    "nanogpt": (nanogpt, nanogpt_batch),
+}
