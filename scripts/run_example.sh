@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: installs what it needs, then trains the getting-started model with ORTModule next
-# to eager PyTorch. Extra arguments go to the example (e.g. --steps 500).
+# The main job: installs what it needs, then trains a small Hugging Face GPT-2 with ORTModule on the
+# Python standard library's own source files, read byte-level (no download). Extra arguments go to
+# the example (e.g. --eager for plain PyTorch, --steps 1000). examples/getting_started.py is the
+# smaller MLP example that trains eager and ORTModule side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-exec .venv/bin/python examples/getting_started.py "$@"
+exec .venv/bin/python examples/huggingface_gpt2.py "$@"

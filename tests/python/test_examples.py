@@ -19,3 +19,17 @@ def test_getting_started_smoke():
     diff = float(re.search(r"max \|loss difference\| over \d+ steps: (\S+)", out).group(1))
     assert diff < 1e-5, out
     assert eager[0] == ours[0]
+
+
+def test_huggingface_gpt2_smoke():
+    """The README's main command, shortened: GPT-2 on the stdlib's bytes trains in the engine."""
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "huggingface_gpt2.py"), "--steps", "12",
+                          "--log-every", "4", "--eval-batches", "1", "--data-mb", "0.5"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, check=True)
+    out = run.stdout
+    assert "falling back" not in run.stderr and "fell back" not in out, run.stderr + out
+    logged = [float(v) for v in re.findall(r"^step\s+\d+\s+loss (\S+)\s+tokens/s [\d,]+$", out, re.MULTILINE)]
+    assert len(logged) == 3, out
+    first, last = (float(v) for v in re.search(r"loss (\S+) -> (\S+);", out).groups())
+    assert last < first and logged[-1] == last, out  # the loss falls
+    assert "ORTModule exports: 2 " in out, out  # train, then eval: sizes never re-export
