@@ -110,20 +110,23 @@ def nanogpt(dropout: float = 0.0):
 
 
 # --- batches: (args, kwargs) exactly as a training loop passes them -----------------------------
+def _padded_mask(batch: int, seq: int, gen: torch.Generator):
+    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=gen)
+    lengths[0] = seq
+    return (torch.arange(seq)[None, :] < lengths[:, None]).long()  # (B, T): 1 = token, 0 = padding
+
+
 def lm_batch(batch: int, seq: int, gen: torch.Generator):
-    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen)
-    return (), {"input_ids": ids, "labels": ids}
+    """As a Hugging Face collator pads them: right padding masked out and labelled -100."""
+    mask = _padded_mask(batch, seq, gen)
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen) * mask
+    labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+    return (), {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 def nanogpt_batch(batch: int, seq: int, gen: torch.Generator):
     data = torch.randint(0, VOCAB, (batch, seq + 1), generator=gen)
     return (data[:, :-1].contiguous(), data[:, 1:].contiguous()), {}
-
-
-def _padded_mask(batch: int, seq: int, gen: torch.Generator):
-    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=gen)
-    lengths[0] = seq
-    return (torch.arange(seq)[None, :] < lengths[:, None]).long()  # (B, T): 1 = token, 0 = padding
 
 
 def mlm_batch(batch: int, seq: int, gen: torch.Generator):
