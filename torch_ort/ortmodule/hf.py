@@ -1,4 +1,4 @@
-"""Hugging Face call conventions: use_cache off where gradients flow, DynamicCache as a pytree.
+"""Hugging Face call conventions: use_cache off in grad mode unless asked for; DynamicCache as a pytree.
 
 transformers' decoder models (GPT-2, Llama, ...) default to use_cache=True and return a
 `DynamicCache` holding every layer's keys and values. In a training step nothing reads it: the
@@ -6,7 +6,7 @@ loop takes `.loss` (or `.logits`), and Hugging Face itself turns the cache off w
 with gradient checkpointing. Returning it from our graph would cost a graph output per key/value
 tensor and a zero gradient for each in backward. So ORTModule decides, per call:
 
-- gradients can flow (grad mode on) and the caller did not pass `use_cache` or
+- grad mode is on (gradients may flow) and the caller did not pass `use_cache` or
   `past_key_values`: the model runs with `use_cache=False` (logged once at INFO). The loss, the
   logits and their gradients are exactly eager's; `past_key_values` is simply absent.
 - anything else (`use_cache=True` passed explicitly, a cache passed in, or a forward-only call
@@ -15,6 +15,7 @@ tensor and a zero gradient for each in backward. So ORTModule decides, per call:
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import weakref
@@ -40,14 +41,32 @@ def register_cache_pytree() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=128)
+def _unbound_signature(func) -> inspect.Signature | None:
+    """A class's forward() signature without `self`, computed once per class."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
+def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
+    func = getattr(module.forward, "__func__", None)
+    if func is not None:
+        return _unbound_signature(func)
+    try:  # forward replaced on the instance: no cache
+        return inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return None
+
+
 def _takes_use_cache(module: torch.nn.Module) -> bool:
     config = getattr(module, "config", None)
     if not getattr(config, "use_cache", False):
         return False  # the model does not build a cache by default
-    try:
-        return "use_cache" in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    sig = _forward_signature(module)
+    return sig is not None and "use_cache" in sig.parameters
 
 
 def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled: bool) -> dict:
@@ -59,7 +78,7 @@ def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled:
     if not grad_enabled:
         return kwargs
     try:
-        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+        bound = _forward_signature(module).bind_partial(*args, **kwargs).arguments
     except TypeError:
         return kwargs  # a call eager would reject too; let the model say so
     if "use_cache" in bound or bound.get("past_key_values") is not None:
