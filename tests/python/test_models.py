@@ -79,7 +79,7 @@ def run_parity(name, dropout=0.0, steps=STEPS, shapes=((4, 16),)):
 @pytest.mark.parametrize("name", MODELS)
 def test_trains_20_steps_like_eager(strict, name):
     eager, ours, losses_e, losses_o = run_parity(name)
-    assert losses_o[-1] < losses_o[0]  # it learns
+    assert sum(losses_o[-5:]) < sum(losses_o[:5])  # it learns
     assert ours.export_count == 1
     for (pname, p), q in zip(eager.named_parameters(), ours.parameters()):
         torch.testing.assert_close(q, p, **GRAD_TOL, msg=pname)
