@@ -1,6 +1,6 @@
-"""Shapes and schemas: batch size and sequence length change without re-export; a new input
-schema (optional input present or absent, a flag flipped, a dtype changed) re-exports; freezing
-layers builds a new gradient graph from the same export."""
+"""When ORTModule re-exports and when it only rebuilds: batch size and sequence length change
+without re-export; a new input schema (optional input present or absent, a flag flipped, a dtype
+changed) re-exports; freezing layers builds a new gradient graph from the same export."""
 import pytest
 import torch
 import torch.nn.functional as F
