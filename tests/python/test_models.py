@@ -108,7 +108,7 @@ def test_dropout_same_seed_same_masks(strict, name):
 
 
 @pytest.mark.parametrize("name, tied", [("gpt2", ("transformer.wte.weight", "lm_head.weight")),
-                                        ("nanogpt", ("wte.weight", "lm_head.weight"))])
+                                        ("nanogpt", ("wte.weight", "lm_head.weight"))], ids=["gpt2", "nanogpt"])
 def test_tied_embedding_and_lm_head_stay_one_parameter(strict, name, tied):
     _, ours, _, _ = run_parity(name, steps=3)  # gradients of the tied weight match eager's sum
     params = dict(ours.named_parameters(remove_duplicate=False))
