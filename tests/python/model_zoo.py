@@ -88,7 +88,12 @@ class NanoGPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying: one parameter, two uses
-        for name, p in self.named_parameters():
+        for module in self.modules():  # nanoGPT's init: N(0, 0.02), zero biases
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for name, p in self.named_parameters():  # residual projections scaled by depth
             if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers))
 
@@ -116,16 +121,23 @@ def _padded_mask(batch: int, seq: int, gen: torch.Generator):
     return (torch.arange(seq)[None, :] < lengths[:, None]).long()  # (B, T): 1 = token, 0 = padding
 
 
+def _progressions(batch: int, seq: int, gen: torch.Generator):
+    """(B, T) tokens in 1..VOCAB-1 that a language model can learn: start + stride * position."""
+    start = torch.randint(0, VOCAB - 1, (batch, 1), generator=gen)
+    stride = torch.randint(1, 4, (batch, 1), generator=gen)
+    return (start + stride * torch.arange(seq)) % (VOCAB - 1) + 1
+
+
 def lm_batch(batch: int, seq: int, gen: torch.Generator):
     """As a Hugging Face collator pads them: right padding masked out and labelled -100."""
     mask = _padded_mask(batch, seq, gen)
-    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen) * mask
+    ids = _progressions(batch, seq, gen) * mask
     labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
     return (), {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 def nanogpt_batch(batch: int, seq: int, gen: torch.Generator):
-    data = torch.randint(0, VOCAB, (batch, seq + 1), generator=gen)
+    data = _progressions(batch, seq + 1, gen)
     return (data[:, :-1].contiguous(), data[:, 1:].contiguous()), {}
 
 
