@@ -2,6 +2,9 @@
 decision in the engine: the to-do list behind a failing tests/python/test_models.py.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/model_ops.py [gpt2 bert_mlm ...] [--all]
+
+It reads the exporter's graph as it comes out, before the engine's passes: an op a pass rewrites
+away (e.g. SplitToSequence/SequenceAt once sequence_to_split exists) still shows here.
 """
 from __future__ import annotations
 
