@@ -1,9 +1,12 @@
 // sequence_to_split: structure of tiny hand-written graphs before and after the pass.
 #include <gtest/gtest.h>
 
+#include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/type_inference.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
 #include "tests/cpp/ir_builders.h"
+#include "tests/cpp/onnx_test_models.h"
 
 namespace torch_ort {
 namespace {
@@ -126,6 +129,49 @@ TEST(SequenceToSplit, PipelineRunsItBeforeDceWhichDropsThePositionConstants) {
             (std::vector<std::string>{"sequence_to_split", "dce"}));
   EXPECT_EQ(find_op(g, "Constant"), nullptr);
   EXPECT_EQ(g.nodes.size(), 3u);  // Split, Add, Add
+}
+
+// The ONNX side: a sequence-typed value_info (onnx shape inference writes one for the
+// SplitToSequence output) imports as an untyped value, and the pipeline leaves no trace of it.
+TEST(SequenceToSplit, ImportsSequenceValueInfoAndRewritesIt) {
+  namespace pb = testmodels::pb;
+  pb::ModelProto m;
+  m.set_ir_version(10);
+  m.add_opset_import()->set_version(20);
+  pb::GraphProto* g = m.mutable_graph();
+  pb::ValueInfoProto* x = g->add_input();
+  testmodels::set_tensor_type(x, "x", pb::TensorProto_DataType_FLOAT);
+  x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(6);
+  testmodels::set_tensor_type(g->add_output(), "y", pb::TensorProto_DataType_FLOAT);
+  for (const char* name : {"two", "one"}) {
+    pb::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(pb::TensorProto_DataType_INT64);
+    t->add_int64_data(name[0] == 't' ? 2 : 1);
+  }
+  pb::NodeProto* split = g->add_node();
+  split->set_op_type("SplitToSequence");
+  split->set_name("/split");
+  split->add_input("x"), split->add_input("two"), split->add_output("seq");
+  pb::NodeProto* at = g->add_node();
+  at->set_op_type("SequenceAt");
+  at->set_name("/at");
+  at->add_input("seq"), at->add_input("one"), at->add_output("y");
+  pb::ValueInfoProto* seq = g->add_value_info();
+  seq->set_name("seq");
+  seq->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(
+      pb::TensorProto_DataType_FLOAT);
+
+  Graph ir = import_onnx(m.SerializeAsString());
+  infer_missing_dtypes(ir);
+  verify(ir);
+  PipelineOptions opts;
+  opts.verify_after_each = true;
+  run_pipeline(ir, default_forward_pipeline(), opts);
+  ASSERT_EQ(ir.nodes.size(), 1u);
+  EXPECT_EQ(ir.nodes[0].op_type, "Split");
+  EXPECT_EQ(ir.nodes[0].outputs.size(), 3u);
+  EXPECT_EQ(ir.value(ir.nodes[0].outputs[1]).name, "y");
 }
 
 }  // namespace
