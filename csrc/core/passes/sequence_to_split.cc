@@ -33,10 +33,13 @@ std::optional<std::vector<int64_t>> static_sizes(const Graph& g, const GraphInde
   const Shape& xs = g.value(n.inputs[0]).shape;
   const bool has_split = n.inputs.size() > 1 && n.inputs[1] != kNoValue;
   if (has_split && g.value(n.inputs[1]).shape.rank() == 1) return const_ints(g, idx, n.inputs[1]);
-  std::optional<std::vector<int64_t>> s = has_split ? const_ints(g, idx, n.inputs[1]) : std::vector<int64_t>{1};
-  if (!s || s->size() != 1 || (*s)[0] <= 0 || !xs.rank_known || !xs.dims[axis].is_known()) return std::nullopt;
+  std::optional<std::vector<int64_t>> s =
+      has_split ? const_ints(g, idx, n.inputs[1]) : std::vector<int64_t>{1};
+  if (!s || s->size() != 1 || (*s)[0] <= 0 || !xs.rank_known || !xs.dims[axis].is_known())
+    return std::nullopt;
   std::vector<int64_t> sizes;
-  for (int64_t left = xs.dims[axis].value; left > 0; left -= (*s)[0]) sizes.push_back(std::min(left, (*s)[0]));
+  for (int64_t left = xs.dims[axis].value; left > 0; left -= (*s)[0])
+    sizes.push_back(std::min(left, (*s)[0]));
   return sizes;
 }
 
@@ -70,12 +73,14 @@ class SequenceToSplit final : public Pass {
     if (!sizes || sizes->empty()) return false;
     const int64_t n = static_cast<int64_t>(sizes->size());
     // keepdims=0 drops the split axis, but only when no split input was given (chunks of 1).
-    const bool squeeze = (seq.inputs.size() < 2 || seq.inputs[1] == kNoValue) && seq.attrs.get_int("keepdims", 1) == 0;
+    const bool squeeze =
+        (seq.inputs.size() < 2 || seq.inputs[1] == kNoValue) && seq.attrs.get_int("keepdims", 1) == 0;
 
     std::map<NodeId, int64_t> picks;  // SequenceAt node -> the Split output it reads
     for (NodeId r : idx.consumers[s]) {
       const Node& rn = g.nodes[r];
-      if (rn.op_type != "SequenceAt" || !rn.domain.empty() || rn.inputs.size() != 2 || rn.inputs[0] != s) return false;
+      if (rn.op_type != "SequenceAt" || !rn.domain.empty() || rn.inputs.size() != 2 || rn.inputs[0] != s)
+        return false;
       std::optional<std::vector<int64_t>> p = const_ints(g, idx, rn.inputs[1]);
       if (!p || p->size() != 1 || (*p)[0] < -n || (*p)[0] >= n) return false;
       picks[r] = (*p)[0] < 0 ? (*p)[0] + n : (*p)[0];

@@ -42,7 +42,8 @@ void is_nan_kernel(KernelCtx& c) { c.set_output(0, at::isnan(c.input(0))); }
 // IsInf: detect_positive / detect_negative (both default 1) pick which infinities count.
 void is_inf_kernel(KernelCtx& c) {
   const at::Tensor& x = c.input(0);
-  const bool pos = c.attrs.get_int("detect_positive", 1) != 0, neg = c.attrs.get_int("detect_negative", 1) != 0;
+  const bool pos = c.attrs.get_int("detect_positive", 1) != 0,
+             neg = c.attrs.get_int("detect_negative", 1) != 0;
   if (pos && neg) return c.set_output(0, at::logical_or(at::isposinf(x), at::isneginf(x)));
   if (pos) return c.set_output(0, at::isposinf(x));
   if (neg) return c.set_output(0, at::isneginf(x));

@@ -61,8 +61,10 @@ struct NdIndex {
   c10::List<std::optional<at::Tensor>> index;
 };
 
-NdIndex nd_index(const KernelCtx& c, c10::IntArrayRef data, const at::Tensor& indices, const at::Tensor& like) {
-  const int64_t b = c.attrs.get_int("batch_dims", 0), r = static_cast<int64_t>(data.size()), q = indices.dim();
+NdIndex nd_index(const KernelCtx& c, c10::IntArrayRef data, const at::Tensor& indices,
+                 const at::Tensor& like) {
+  const int64_t b = c.attrs.get_int("batch_dims", 0), r = static_cast<int64_t>(data.size()),
+                q = indices.dim();
   if (q < 1 || b < 0 || b >= std::min(q, r))
     c.fail("batch_dims " + std::to_string(b) + " must be below the ranks of indices (" + std::to_string(q) +
            ") and data (" + std::to_string(r) + ")");
@@ -112,8 +114,9 @@ void gather_grad_kernel(KernelCtx& c) {
   at::Tensor idx = wrap_indices(c.input(2), shape[axis], dy).reshape({-1});
   const int64_t outer = product(shape, 0, axis), inner = product(shape, axis + 1, shape.size());
   if (dy.numel() != outer * idx.numel() * inner)
-    c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not match data shape " + c10::str(shape) +
-           " with " + std::to_string(idx.numel()) + " indices on axis " + std::to_string(axis));
+    c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not match data shape " +
+           c10::str(c10::IntArrayRef(shape)) + " with " + std::to_string(idx.numel()) + " indices on axis " +
+           std::to_string(axis));
   at::Tensor z = at::zeros({outer, shape[axis], inner}, dy.options());
   c.set_output(0, at::index_add(z, 1, idx, dy.reshape({outer, idx.numel(), inner})).reshape(shape));
 }

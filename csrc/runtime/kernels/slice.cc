@@ -29,9 +29,11 @@ std::vector<AxisSlice> slice_regions(const KernelCtx& c, c10::IntArrayRef shape,
   const bool inputs = c.opset >= 10 || c.has_input(first);
   const std::vector<int64_t> starts = inputs ? c.input_ints(first) : c.attrs.get_ints("starts", {});
   const std::vector<int64_t> ends = inputs ? c.input_ints(first + 1) : c.attrs.get_ints("ends", {});
-  std::vector<int64_t> axes = inputs ? (c.has_input(first + 2) ? c.input_ints(first + 2) : std::vector<int64_t>{})
-                                     : c.attrs.get_ints("axes", {});
-  std::vector<int64_t> steps = inputs && c.has_input(first + 3) ? c.input_ints(first + 3) : std::vector<int64_t>{};
+  std::vector<int64_t> axes =
+      inputs ? (c.has_input(first + 2) ? c.input_ints(first + 2) : std::vector<int64_t>{})
+             : c.attrs.get_ints("axes", {});
+  std::vector<int64_t> steps =
+      inputs && c.has_input(first + 3) ? c.input_ints(first + 3) : std::vector<int64_t>{};
   const size_t n = starts.size();
   if (axes.empty())
     for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
@@ -61,7 +63,8 @@ std::vector<AxisSlice> slice_regions(const KernelCtx& c, c10::IntArrayRef shape,
       s = std::clamp<int64_t>(s, 0, dim - 1), e = std::clamp<int64_t>(e, -1, dim - 1);
       count = s > e ? (s - e - step - 1) / -step : 0;
       // The same elements in ascending order: lo = the last one taken, then flip.
-      out.push_back(count ? AxisSlice{axis, s + (count - 1) * step, s + 1, -step, true} : AxisSlice{axis, 0, 0, 1, false});
+      out.push_back(count ? AxisSlice{axis, s + (count - 1) * step, s + 1, -step, true}
+                          : AxisSlice{axis, 0, 0, 1, false});
     }
   }
   return out;
@@ -100,7 +103,8 @@ void slice_grad_kernel(KernelCtx& c) {
 // Split sizes along axis of a dim: the `split` input (opset 13+) or attribute (before); else
 // num_outputs (opset 18) or the output count, in chunks of ceil(dim / n) with a smaller last one.
 std::vector<int64_t> split_sizes(const KernelCtx& c, int64_t dim, int split_input, int64_t n_out) {
-  std::vector<int64_t> sizes = c.has_input(split_input) ? c.input_ints(split_input) : c.attrs.get_ints("split", {});
+  std::vector<int64_t> sizes =
+      c.has_input(split_input) ? c.input_ints(split_input) : c.attrs.get_ints("split", {});
   if (sizes.empty()) {
     const int64_t n = c.attrs.get_int("num_outputs", n_out);
     if (n <= 0) c.fail("cannot split into " + std::to_string(n) + " outputs");
@@ -114,15 +118,16 @@ std::vector<int64_t> split_sizes(const KernelCtx& c, int64_t dim, int split_inpu
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   if (total != dim || static_cast<int64_t>(sizes.size()) != n_out)
-    c.fail("split sizes " + c10::str(sizes) + " must sum to the dim (" + std::to_string(dim) + ") with one size per output (" +
-           std::to_string(n_out) + " outputs)");
+    c.fail("split sizes " + c10::str(c10::IntArrayRef(sizes)) + " must sum to the dim (" +
+           std::to_string(dim) + ") with one size per output (" + std::to_string(n_out) + " outputs)");
   return sizes;
 }
 
 void split_kernel(KernelCtx& c) {
   const at::Tensor& x = c.input(0);
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), x.dim());
-  std::vector<at::Tensor> parts = at::split_with_sizes(x, split_sizes(c, x.size(axis), 1, c.num_outputs()), axis);
+  std::vector<at::Tensor> parts =
+      at::split_with_sizes(x, split_sizes(c, x.size(axis), 1, c.num_outputs()), axis);
   for (int i = 0; i < c.num_outputs(); ++i) c.set_output(i, std::move(parts[i]));
 }
 
@@ -153,13 +158,14 @@ void concat_grad_kernel(KernelCtx& c) {
   for (int i = 1; i < c.num_inputs(); ++i) {
     const std::vector<int64_t> s = c.input_ints(i);
     if (static_cast<int64_t>(s.size()) != dy.dim())
-      c.fail("input " + std::to_string(i - 1) + " of shape " + c10::str(s) + " does not fit dY " + c10::str(dy.sizes()));
+      c.fail("input " + std::to_string(i - 1) + " of shape " + c10::str(c10::IntArrayRef(s)) +
+             " does not fit dY " + c10::str(dy.sizes()));
     c.set_output(i - 1, dy.narrow(axis, offset, s[axis]));
     offset += s[axis];
   }
   if (offset != dy.size(axis))
-    c.fail("input extents sum to " + std::to_string(offset) + " on axis " + std::to_string(axis) + ", dY has " +
-           std::to_string(dy.size(axis)));
+    c.fail("input extents sum to " + std::to_string(offset) + " on axis " + std::to_string(axis) +
+           ", dY has " + std::to_string(dy.size(axis)));
 }
 
 }  // namespace

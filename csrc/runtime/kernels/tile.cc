@@ -18,9 +18,10 @@ void tile_kernel(KernelCtx& c) {
   const at::Tensor& x = c.input(0);
   const std::vector<int64_t> repeats = c.input_ints(1);
   if (static_cast<int64_t>(repeats.size()) != x.dim())
-    c.fail("repeats " + c10::str(repeats) + " must have one entry per dim of the input " + c10::str(x.sizes()));
+    c.fail("repeats " + c10::str(c10::IntArrayRef(repeats)) + " must have one entry per dim of the input " +
+           c10::str(x.sizes()));
   for (int64_t r : repeats)
-    if (r < 0) c.fail("repeats " + c10::str(repeats) + " must be non-negative");
+    if (r < 0) c.fail("repeats " + c10::str(c10::IntArrayRef(repeats)) + " must be non-negative");
   c.set_output(0, x.repeat(repeats));
 }
 
@@ -30,7 +31,8 @@ void tile_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   if (static_cast<int64_t>(shape.size()) != dy.dim())
-    c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not fit input shape " + c10::str(shape));
+    c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not fit input shape " +
+           c10::str(c10::IntArrayRef(shape)));
   std::vector<int64_t> split, reduce;
   for (int64_t d = 0; d < dy.dim(); ++d) {
     if (shape[d] == 0 || dy.size(d) % shape[d] != 0) {
@@ -60,14 +62,16 @@ void trilu_kernel(KernelCtx& c) {
 void range_kernel(KernelCtx& c) {
   const at::Tensor& start = c.input(0);
   for (int i = 0; i < 3; ++i)
-    if (c.input(i).numel() != 1) c.fail("input " + std::to_string(i) + " must be a scalar, got shape " + c10::str(c.input(i).sizes()));
+    if (c.input(i).numel() != 1)
+      c.fail("input " + std::to_string(i) + " must be a scalar, got shape " + c10::str(c.input(i).sizes()));
   const at::TensorOptions opts = start.options();
   const double s = start.item<double>(), l = c.input(1).item<double>(), d = c.input(2).item<double>();
   if (d == 0) c.fail("delta must be non-zero");
   // ONNX yields max(count, 0) values where torch.arange would reject a limit on the wrong side.
   if ((d > 0 && l <= s) || (d < 0 && l >= s)) return c.set_output(0, at::empty({0}, opts));
   if (at::isIntegralType(start.scalar_type(), /*includeBool=*/false))
-    return c.set_output(0, at::arange(start.item<int64_t>(), c.input(1).item<int64_t>(), c.input(2).item<int64_t>(), opts));
+    return c.set_output(
+        0, at::arange(start.item<int64_t>(), c.input(1).item<int64_t>(), c.input(2).item<int64_t>(), opts));
   c.set_output(0, at::arange(s, l, d, opts));
 }
 
