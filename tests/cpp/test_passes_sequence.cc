@@ -90,6 +90,18 @@ TEST(SequenceToSplit, ListedSizesAndKeepdimsZeroWithoutSplitSqueezes) {
   ASSERT_TRUE(make_sequence_to_split_pass()->run(g));
   EXPECT_EQ(g.initializers.at(find_op(g, "Split")->inputs[1]).as_int64s(), (std::vector<int64_t>{16, 80}));
 
+  // The same sizes from a Constant node whose output has no shape: still a list, not a scalar.
+  Graph c = qkv_graph({1}, {16, 80});
+  const ValueId split = *c.find("split");
+  c.initializers.erase(split);
+  c.value(split).shape = Shape::unknown();
+  Node k{"", "Constant", "/sizes", {}, {split}, {}};
+  k.attrs.set("value_ints", std::vector<int64_t>{16, 80});
+  c.nodes.insert(c.nodes.begin(), k);
+  ASSERT_TRUE(make_sequence_to_split_pass()->run(c));
+  verify(c);
+  EXPECT_EQ(c.initializers.at(find_op(c, "Split")->inputs[1]).as_int64s(), (std::vector<int64_t>{16, 80}));
+
   // No split input and keepdims=0: chunks of 1 with the axis dropped -> Split + Squeeze.
   Graph h = qkv_graph({0, 3}, {}, 4);
   Node& seq = h.nodes[0];

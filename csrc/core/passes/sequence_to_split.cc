@@ -11,16 +11,23 @@
 namespace torch_ort {
 namespace {
 
-// The int64 values of a constant (initializer or Constant node); nullopt when not constant.
-std::optional<std::vector<int64_t>> const_ints(const Graph& g, const GraphIndex& idx, ValueId v) {
+// The int64 values of a constant (initializer or Constant node) and whether it is a scalar
+// (from the constant's own dims: a Constant's output value may carry no shape); nullopt when the
+// value is not a constant of integers.
+struct ConstInts {
+  std::vector<int64_t> values;
+  bool scalar;
+};
+std::optional<ConstInts> const_ints(const Graph& g, const GraphIndex& idx, ValueId v) {
   try {
-    if (auto it = g.initializers.find(v); it != g.initializers.end()) return it->second.as_int64s();
+    if (auto it = g.initializers.find(v); it != g.initializers.end())
+      return ConstInts{it->second.as_int64s(), it->second.dims.empty()};
     const NodeId p = idx.producer[v];
     if (p < 0 || g.nodes[p].op_type != "Constant" || !g.nodes[p].domain.empty()) return std::nullopt;
     const Attributes& a = g.nodes[p].attrs;
-    if (const TensorData* t = a.get_tensor("value")) return t->as_int64s();
-    if (a.has("value_ints")) return a.get_ints("value_ints", {});
-    if (a.has("value_int")) return std::vector<int64_t>{a.get_int("value_int", 0)};
+    if (const TensorData* t = a.get_tensor("value")) return ConstInts{t->as_int64s(), t->dims.empty()};
+    if (a.has("value_ints")) return ConstInts{a.get_ints("value_ints", {}), false};
+    if (a.has("value_int")) return ConstInts{{a.get_int("value_int", 0)}, true};
   } catch (const std::exception&) {  // a float constant: not a size or a position
   }
   return std::nullopt;
@@ -32,14 +39,13 @@ std::optional<std::vector<int64_t>> static_sizes(const Graph& g, const GraphInde
                                                  int64_t axis) {
   const Shape& xs = g.value(n.inputs[0]).shape;
   const bool has_split = n.inputs.size() > 1 && n.inputs[1] != kNoValue;
-  if (has_split && g.value(n.inputs[1]).shape.rank() == 1) return const_ints(g, idx, n.inputs[1]);
-  std::optional<std::vector<int64_t>> s =
-      has_split ? const_ints(g, idx, n.inputs[1]) : std::vector<int64_t>{1};
-  if (!s || s->size() != 1 || (*s)[0] <= 0 || !xs.rank_known || !xs.dims[axis].is_known())
-    return std::nullopt;
+  std::optional<ConstInts> s = has_split ? const_ints(g, idx, n.inputs[1]) : ConstInts{{1}, true};
+  if (!s) return std::nullopt;
+  if (!s->scalar) return s->values;
+  const int64_t chunk = s->values.at(0);
+  if (chunk <= 0 || !xs.dims[axis].is_known()) return std::nullopt;
   std::vector<int64_t> sizes;
-  for (int64_t left = xs.dims[axis].value; left > 0; left -= (*s)[0])
-    sizes.push_back(std::min(left, (*s)[0]));
+  for (int64_t left = xs.dims[axis].value; left > 0; left -= chunk) sizes.push_back(std::min(left, chunk));
   return sizes;
 }
 
@@ -81,9 +87,9 @@ class SequenceToSplit final : public Pass {
       const Node& rn = g.nodes[r];
       if (rn.op_type != "SequenceAt" || !rn.domain.empty() || rn.inputs.size() != 2 || rn.inputs[0] != s)
         return false;
-      std::optional<std::vector<int64_t>> p = const_ints(g, idx, rn.inputs[1]);
-      if (!p || p->size() != 1 || (*p)[0] < -n || (*p)[0] >= n) return false;
-      picks[r] = (*p)[0] < 0 ? (*p)[0] + n : (*p)[0];
+      std::optional<ConstInts> p = const_ints(g, idx, rn.inputs[1]);
+      if (!p || p->values.size() != 1 || p->values[0] < -n || p->values[0] >= n) return false;
+      picks[r] = p->values[0] < 0 ? p->values[0] + n : p->values[0];
     }
 
     // Split output k is the first plain pick's own value (so that pick disappears), otherwise a
