@@ -51,6 +51,9 @@ CASES = [
          lambda x, w, b: F.layer_norm(x, (5,), w, b), id="LayerNormalization-f64"),
     Case("LayerNormalization", [f(2, 3, 6), f(6), f(6)], lambda x, w, b: ln_stats(x, w, b), n_out=3,
          id="LayerNormalization-mean-invstd"),
+    Case("LayerNormalization", [f(3, 8, dtype=torch.float16), f(8, dtype=torch.float16), f(8, dtype=torch.float16)],
+         lambda x, w, b: (lambda y, m, r: (y, m.float(), r.float()))(*ln_stats(x, w, b)), n_out=3,
+         id="LayerNormalization-f16-stash-float"),
     # --- Gelu (opset 20) and Erf
     Case("Gelu", [f(3, 7)], F.gelu),
     Case("Gelu", [f(3, 7)], lambda x: F.gelu(x, approximate="tanh"), attrs=dict(approximate="tanh"), id="Gelu-tanh"),
