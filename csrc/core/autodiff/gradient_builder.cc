@@ -16,6 +16,7 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Some gradients need a forward output the exporter left out; ask the forward op for it.
 // SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
+// LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
     if (n.domain.empty() && n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != kNoValue &&
@@ -25,7 +26,24 @@ void request_forward_outputs(Graph& g) {
       n.outputs.resize(2, kNoValue);
       n.outputs[1] = mask;
     }
-    if (n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss" &&
+    if (n.domain.empty() && n.op_type == "LayerNormalization") {
+      // Statistics per normalised row: X's dims before `axis`, 1s after; float unless X is double
+      // (stash_type 1, the default).
+      const Value x = g.value(n.inputs.at(0));
+      Shape s = Shape::unknown();
+      if (x.shape.rank_known && x.shape.rank() > 0) {
+        const int64_t r = x.shape.rank(), axis = n.attrs.get_int("axis", -1);
+        s = x.shape;
+        for (int64_t d = axis < 0 ? axis + r : axis; d >= 0 && d < r; ++d) s.dims[d] = Dim::known(1);
+      }
+      const DType st = n.attrs.get_int("stash_type", 1) == 1 && x.dtype != DType::kDouble ? DType::kFloat : x.dtype;
+      n.outputs.resize(3, kNoValue);
+      for (int i : {1, 2})
+        if (n.outputs[i] == kNoValue)
+          n.outputs[i] = g.new_value(g.value(n.outputs[0]).name + (i == 1 ? "/mean" : "/inv_std_dev"), st, s);
+    }
+    const bool ours_ce = n.domain == kOurDomain && n.op_type == "CrossEntropyLoss";
+    if (((n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss") || ours_ce) &&
         (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       const Value& scores = g.value(n.inputs.at(0));
       ValueId lp = g.new_value(g.value(n.outputs[0]).name + "/log_prob", scores.dtype, scores.shape);
