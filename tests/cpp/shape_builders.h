@@ -20,7 +20,7 @@ inline Shape S(const std::string& text) {
   std::stringstream in(body);
   while (std::getline(in, item, ',')) {
     if (item == "?") s.dims.push_back(Dim{});
-    else if (std::isdigit(static_cast<unsigned char>(item[0]))) s.dims.push_back(Dim::known(std::stoll(item)));
+    else if (item.find_first_not_of("0123456789") == std::string::npos) s.dims.push_back(Dim::known(std::stoll(item)));
     else s.dims.push_back(Dim::symbolic(item));
   }
   return s;
