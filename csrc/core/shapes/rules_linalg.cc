@@ -71,16 +71,16 @@ void window_shape(ShapeCtx& c, const Dim& channels, std::vector<int64_t> kernel,
   const Shape x = c.in(0);
   if (!x.rank_known || x.rank() < 3) return;
   const size_t n = x.dims.size() - 2;
-  if (kernel.size() != n) return c.set(0, unknown_dims(x.rank()));
   const auto strides = c.attrs().get_ints("strides", std::vector<int64_t>(n, 1));
   const auto dil = c.attrs().get_ints("dilations", std::vector<int64_t>(n, 1));
   const auto pads = c.attrs().get_ints("pads", std::vector<int64_t>(2 * n, 0));
   const std::string auto_pad = c.attrs().get_string("auto_pad", "NOTSET");
-  if (strides.size() != n || dil.size() != n || pads.size() != 2 * n) return;
+  const bool sizes_known = kernel.size() == n && strides.size() == n && dil.size() == n && pads.size() == 2 * n;
   Shape out = Shape::of({x.dims[0], channels});
   for (size_t i = 0; i < n; ++i)
-    out.dims.push_back(window_out(x.dims[2 + i], kernel[i], strides[i], dil[i], pads[i], pads[n + i],
-                                  auto_pad, ceil_mode));
+    out.dims.push_back(sizes_known ? window_out(x.dims[2 + i], kernel[i], strides[i], dil[i], pads[i],
+                                                pads[n + i], auto_pad, ceil_mode)
+                                   : Dim{});
   c.set(0, out);
 }
 
