@@ -11,6 +11,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/verifier.h"
+#include "csrc/core/shapes/shape_rules.h"
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
@@ -146,6 +147,8 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "'domain::op' of every op with a gradient rule (NO_GRADIENT entries left out).");
+  m.def("shape_ops", [] { return ShapeRegistry::instance().ops(); },
+        "'domain::op' of every shape inference rule.");
   m.def("gradient_ops", [] { return GradientRegistry::instance().ops(); },
         "'domain::op' of every gradient registry entry (rules and NO_GRADIENT).");
 }
