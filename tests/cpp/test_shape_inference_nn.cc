@@ -46,6 +46,7 @@ TEST(ShapeReduce, AxesFromTheAttributeOrAConstantInput) {
   EXPECT_EQ(infer1("ReduceMax", {T("[batch,1,4]"), T("[1]", DType::kInt64)}), "[?,1,?]") << "axes at run time";
   EXPECT_EQ(infer1("ReduceMax", {T("[batch,4]"), T("[1]", DType::kInt64)}, A({{"keepdims", int64_t{0}}})), "[?]");
   EXPECT_THROW(infer1("ReduceSum", {T("[batch,4]"), C({2})}), VerifyError);
+  EXPECT_EQ(infer1("ReduceSum", {T("[]"), C({0})}, A({{"keepdims", int64_t{0}}})), "[]") << "torch: x.sum(0) of a scalar";
   EXPECT_EQ(infer1("ArgMax", {T("[batch,10]")}, A({{"axis", int64_t{1}}})), "[batch,1]");
   EXPECT_EQ(infer1("ArgMin", {T("[batch,10]")}, A({{"keepdims", int64_t{0}}})), "[10]");
 }

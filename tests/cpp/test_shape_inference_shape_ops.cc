@@ -68,6 +68,7 @@ TEST(ShapeLayout, FlattenTransposeSqueezeUnsqueeze) {
   EXPECT_EQ(infer1("Squeeze", {T("[1,3,1,2]")}), "[3,2]") << "no axes: every size-1 dim";
   EXPECT_EQ(infer1("Squeeze", {T("[1,batch]")}), "[?]") << "batch might be 1";
   EXPECT_EQ(infer1("Squeeze", {T("[batch,1]")}, A({{"axes", Ints{1}}}), "", 11), "[batch]") << "opset 11 attribute";
+  EXPECT_EQ(infer1("Squeeze", {T("[3,1]"), C({0})}), "[?]") << "ONNX rejects it, ATen keeps the dim";
   EXPECT_EQ(infer1("Unsqueeze", {T("[batch,4]"), C({0, -1})}), "[1,batch,4,1]");
   EXPECT_EQ(infer1("Unsqueeze", {T("[batch,4]"), C({1})}), "[batch,1,4]");
   EXPECT_EQ(infer1("Unsqueeze", {T("[]"), C({0})}), "[1]");

@@ -16,6 +16,7 @@ void reduce_shape(ShapeCtx& c) {
   const bool keep = c.attrs().get_int("keepdims", 1) != 0;
   const bool noop = c.attrs().get_int("noop_with_empty_axes", 0) != 0;
   if (!x.rank_known) return;
+  if (x.rank() == 0) return c.set(0, x);  // torch reduces a scalar over dim 0 or -1: still a scalar
   std::optional<std::vector<int64_t>> axes =
       c.has_in(1) ? c.ints(1) : std::optional(c.attrs().get_ints("axes", {}));
   if (!axes) {  // axes known only at run time: with keepdims the rank survives, each dim 1 or kept
@@ -39,7 +40,7 @@ void reduce_shape(ShapeCtx& c) {
 // ArgMax/ArgMin(X): one axis (default 0), keepdims default 1.
 void arg_reduce_shape(ShapeCtx& c) {
   Shape x = c.in(0);
-  if (!x.rank_known) return;
+  if (!x.rank_known || x.rank() == 0) return c.set(0, x);
   const int64_t axis = norm_axis(c, c.attrs().get_int("axis", 0), x.rank());
   if (c.attrs().get_int("keepdims", 1) != 0) x.dims[axis] = Dim::known(1);
   else x.dims.erase(x.dims.begin() + axis);

@@ -92,7 +92,12 @@ void squeeze_shape(ShapeCtx& c) {
   const auto axes = axes_of(c);
   if (!x.rank_known || !axes) return;
   std::vector<bool> drop(x.dims.size(), false);
-  for (int64_t a : *axes) drop[norm_axis(c, a, x.rank())] = true;
+  for (int64_t a : *axes) {
+    const int64_t d = norm_axis(c, a, x.rank());
+    // ONNX rejects squeezing a size > 1; ATen keeps the dim. Claim neither.
+    if (x.dims[d].is_known() && x.dims[d].value != 1) return;
+    drop[d] = true;
+  }
   Shape out = Shape::of({});
   for (size_t d = 0; d < x.dims.size(); ++d) {
     const bool one = x.dims[d].is_known() && x.dims[d].value == 1;
