@@ -1,5 +1,7 @@
-// Engine debug facility: inferred shapes as strings, and a run that checks every tensor against
-// them (symbols bound to sizes from the values met first, derived dims like "s0*s1" evaluated).
+// Engine debug facility: inferred shapes as strings, and a run checking each tensor against them.
+//
+// Symbols bind to the sizes of the values that meet them first (inputs first); derived dims
+// like "s0*s1" or "(s20//2)" are evaluated under those bindings.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <map>
 
@@ -58,7 +60,8 @@ ValueShapeCheck check_one(const Graph& g, const GraphIndex& index, ValueId v, co
   const NodeId p = index.producer[v];
   const auto mismatch = [&](const std::string& detail) {
     throw VerifyError("shape check: value '" + val.name + "'" +
-                      (p >= 0 ? " (produced by " + g.nodes[p].describe() + ")" : std::string(" (a graph input)")) +
+                      (p >= 0 ? " (produced by " + g.nodes[p].describe() + ")"
+                              : std::string(" (a graph input)")) +
                       " was inferred " + val.shape.to_string() + bindings_text(val.shape, env) +
                       ", but the run produced " + sizes_text(t.sizes()) + detail);
   };
@@ -77,7 +80,8 @@ ValueShapeCheck check_one(const Graph& g, const GraphIndex& index, ValueId v, co
         mismatch(" (dim " + std::to_string(d) + ": " + dim.symbol + " = " + std::to_string(*want) + ")");
       continue;
     }
-    const bool plain = e.terms.size() == 1 && e.terms.begin()->first.size() == 1 && e.terms.begin()->second == 1;
+    const bool plain =
+        e.terms.size() == 1 && e.terms.begin()->first.size() == 1 && e.terms.begin()->second == 1;
     if (plain) env[e.terms.begin()->first[0]] = size;  // first sighting: this symbol is `size`
     else ++row.unchecked_dims;
   }
@@ -108,7 +112,8 @@ std::vector<ValueShapeCheck> Engine::check_shapes(const std::vector<at::Tensor>&
   run_steps(keep_everything(forward_steps_), slots, device);
   if (tg_) {
     for (size_t i = 0; i < g.outputs.size(); ++i)
-      if (tg_->grad_of_outputs[i] != kNoValue) slots[tg_->grad_of_outputs[i]] = at::ones_like(slots[g.outputs[i]]);
+      if (tg_->grad_of_outputs[i] != kNoValue)
+        slots[tg_->grad_of_outputs[i]] = at::ones_like(slots[g.outputs[i]]);
     run_steps(keep_everything(backward_steps_), slots, device);
   }
   const GraphIndex index(g);

@@ -1,5 +1,4 @@
-// Helpers for shape-inference tests: shapes written as strings ("[batch,4]", "[?]"), tiny graphs
-// built node by node, and a one-liner that infers the output shapes of a single op.
+// Helpers for shape-inference tests: shapes as strings ("[batch,4]"), tiny graphs, one-op runs.
 #pragma once
 
 #include <optional>

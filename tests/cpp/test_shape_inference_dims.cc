@@ -1,5 +1,4 @@
-// Symbolic dim arithmetic: canonical spellings, the exporter's sympy forms, exact division,
-// floor-division atoms, and evaluation under symbol bindings (what Engine.check_shapes uses).
+// Symbolic dim arithmetic: canonical spellings, exporter forms, division, evaluation.
 #include <gtest/gtest.h>
 
 #include "csrc/core/shapes/sym_dim.h"

@@ -1,6 +1,4 @@
-// Shape rules of elementwise ops (numpy broadcasting, casts, comparisons, Dropout, our activation
-// gradients), and the contract of infer_shapes itself: fill, never overwrite, check, and leave
-// unknown ops alone.
+// Elementwise shape rules, and infer_shapes' contract: fill, never overwrite, check, skip unknowns.
 #include <gtest/gtest.h>
 
 #include "csrc/core/ir/errors.h"

@@ -1,5 +1,4 @@
-// Shape rules of MatMul/Gemm, reductions, softmax and losses, normalizations, Conv/Pool, and our
-// gradient ops of these (com.torch_ort).
+// Shape rules of MatMul/Gemm, reductions, softmax, losses, norms, Conv/Pool and our gradients.
 #include <gtest/gtest.h>
 
 #include "csrc/core/ir/errors.h"

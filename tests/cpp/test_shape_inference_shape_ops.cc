@@ -1,6 +1,4 @@
-// Shape rules of layout and data ops: Reshape (constant targets and the exporter's
-// Shape -> Gather/Slice -> Concat chains), Flatten, Transpose, Squeeze/Unsqueeze, Expand, Tile,
-// Pad, Concat, Slice, Split, Gather, Shape/Size, Constant, ConstantOfShape, Range.
+// Shape rules of layout and data ops, including the exporter's Shape -> Concat -> Reshape chains.
 #include <gtest/gtest.h>
 
 #include "csrc/core/ir/errors.h"

@@ -1,6 +1,4 @@
-// Shape inference through whole training graphs: a symbolic batch flows through forward and
-// backward, every value ends with a known rank, and autodiff emits fewer SumToShape nodes once
-// forward shapes are inferred. Also: every op with a gradient decision has a shape rule.
+// Shape inference through whole training graphs: symbolic batch end to end, fewer SumToShape.
 #include <gtest/gtest.h>
 
 #include <algorithm>

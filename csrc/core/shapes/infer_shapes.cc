@@ -10,7 +10,8 @@ namespace torch_ort {
 namespace {
 
 std::string where(const Graph& g, const Node& n, size_t k) {
-  return "'" + g.value(n.outputs[k]).name + "' (output " + std::to_string(k) + " of " + n.describe() + ")";
+  return "'" + g.value(n.outputs[k]).name + "' (output " + std::to_string(k) + " of " +
+         n.describe() + ")";
 }
 
 // Merges an inferred shape into the one the graph holds: fills what is unknown, keeps what is

@@ -1,5 +1,4 @@
-// Symbolic shape inference over a whole graph (forward or training): fills the shapes the
-// exporter or the gradient builder left unknown, and checks the ones they gave.
+// Symbolic shape inference over a whole graph: fills unknown shapes, checks the given ones.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// Shape rules of ops that make or pick data: Shape/Size (whose *values* are the input's dims,
-// so Shape -> Gather/Slice -> Concat -> Reshape chains resolve), Constant, ConstantOfShape,
-// Range, Concat, Slice, Split, Gather and friends.
+// Shape rules of ops that make or pick data: Shape/Size, Constant(OfShape), Range, Concat, Slice.
+//
+// Shape and Size also carry *values* (the input's dims), so the exporter's
+// Shape -> Gather/Slice -> Concat -> Reshape chains resolve to symbolic targets.
 #include <algorithm>
 #include <climits>
 
@@ -50,7 +51,8 @@ void constant_shape(ShapeCtx& c) {
     return c.set_values(0, std::move(v));
   }
   if (a.has("value_float") || a.has("value_string")) return c.set(0, Shape::of({}));
-  if (a.has("value_floats")) return c.set(0, Shape::of({Dim::known(int64_t(a.get_floats("value_floats", {}).size()))}));
+  if (a.has("value_floats"))
+    return c.set(0, Shape::of({Dim::known(int64_t(a.get_floats("value_floats", {}).size()))}));
   if (a.has("value_strings"))
     return c.set(0, Shape::of({Dim::known(int64_t(a.get_strings("value_strings", {}).size()))}));
 }
@@ -91,7 +93,8 @@ void concat_shape(ShapeCtx& c) {
     if (all_values) values.insert(values.end(), v->begin(), v->end());
     if (!s.rank_known) { some_rank_unknown = true; continue; }
     if (!out.rank_known) { out = s; continue; }
-    if (s.rank() != out.rank()) c.fail("inputs of rank " + std::to_string(out.rank()) + " and " + std::to_string(s.rank()));
+    if (s.rank() != out.rank())
+      c.fail("inputs of rank " + std::to_string(out.rank()) + " and " + std::to_string(s.rank()));
     const int64_t axis = norm_axis(c, axis_attr, s.rank());
     for (int64_t d = 0; d < s.rank(); ++d) {
       Dim& o = out.dims[d];
@@ -150,7 +153,8 @@ void slice_shape(ShapeCtx& c) {
   }
   if (!axes) { axes.emplace(); for (size_t k = 0; k < starts->size(); ++k) axes->push_back(int64_t(k)); }
   if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
-  if (axes->size() != starts->size() || steps->size() != starts->size()) return c.set(0, unknown_dims(x.rank()));
+  if (axes->size() != starts->size() || steps->size() != starts->size())
+    return c.set(0, unknown_dims(x.rank()));
   const SymValues* v = c.values(0);
   for (size_t k = 0; k < axes->size(); ++k) {
     const int64_t a = norm_axis(c, (*axes)[k], x.rank());

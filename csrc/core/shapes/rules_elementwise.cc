@@ -1,6 +1,6 @@
-// Shape rules of elementwise ops: unary (shape of the input), n-ary with numpy broadcasting,
-// casts and comparisons, Dropout, and our activation/dropout gradient ops. Integer arithmetic on
-// shape values (Add/Sub/Mul/Div of sizes) is carried symbolically.
+// Shape rules of elementwise ops: unary, broadcasting, casts, comparisons, Dropout, our *Grad ops.
+//
+// Integer arithmetic on shape values (Add/Sub/Mul/Div of sizes) is carried symbolically.
 #include "csrc/core/ir/dtype.h"
 #include "csrc/core/shapes/shape_rules.h"
 
@@ -76,7 +76,9 @@ void div_shape(ShapeCtx& c) {
   if (!is_integer(c.dtype(0))) return;
   binary_values(c, [](const SymExpr& x, const SymExpr& y) -> SymInt {
     if (x.is_constant() && y.is_constant())  // ONNX integer Div truncates
-      return y.constant_value() == 0 ? SymInt() : SymInt(SymExpr::constant(x.constant_value() / y.constant_value()));
+      return y.constant_value() == 0
+                 ? SymInt()
+                 : SymInt(SymExpr::constant(x.constant_value() / y.constant_value()));
     const Dim q = dim_floordiv(x.to_dim(), y.to_dim());  // sizes: non-negative, so floor == trunc
     return SymExpr::of(q);
   });
@@ -170,6 +172,6 @@ REGISTER_SHAPE_RULE("LessOrEqual", broadcast_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ReluGrad", activation_grad_shape);     // (dY, Y)
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SigmoidGrad", activation_grad_shape);  // (dY, Y)
 REGISTER_SHAPE_RULE_IN(kOurDomain, "TanhGrad", activation_grad_shape);     // (dY, Y)
-REGISTER_SHAPE_RULE_IN(kOurDomain, "DropoutGrad", same_as_input0);         // (dY, mask, ratio?, training)
+REGISTER_SHAPE_RULE_IN(kOurDomain, "DropoutGrad", same_as_input0);         // (dY, mask, ...)
 
 }  // namespace torch_ort

@@ -1,5 +1,4 @@
-// Shape rules of indexing ops: Split (sizes from the input/attribute or an equal split), Gather
-// (which also picks values out of a shape vector), GatherElements, Scatter*, NonZero, OneHot.
+// Shape rules of indexing ops: Split, Gather (also on shape vectors), Scatter*, NonZero, OneHot.
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort {
@@ -50,7 +49,9 @@ void gather_shape(ShapeCtx& c) {
     const int64_t n = static_cast<int64_t>(v->size());
     SymValues got;
     for (int64_t i : *picks) {
-      if (i < -n || i >= n) c.fail("index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " elements");
+      if (i < -n || i >= n)
+        c.fail("index " + std::to_string(i) + " is out of range for " + std::to_string(n) +
+               " elements");
       got.push_back((*v)[i < 0 ? i + n : i]);
     }
     return c.set_values(0, std::move(got), idx.rank() == 0);
@@ -73,7 +74,8 @@ void one_hot_shape(ShapeCtx& c) {
   if (!x.rank_known) return;
   const SymValues* depth = c.values(1);
   const int64_t axis = norm_axis(c, c.attrs().get_int("axis", -1), x.rank() + 1);
-  x.dims.insert(x.dims.begin() + axis, depth && depth->size() == 1 && (*depth)[0] ? (*depth)[0]->to_dim() : Dim{});
+  x.dims.insert(x.dims.begin() + axis,
+                depth && depth->size() == 1 && (*depth)[0] ? (*depth)[0]->to_dim() : Dim{});
   c.set(0, x);
 }
 

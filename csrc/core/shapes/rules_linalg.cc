@@ -1,4 +1,5 @@
 // Shape rules of contractions and sliding windows: MatMul, Gemm, Conv, ConvTranspose, pooling.
+//
 // Window sizes on symbolic dims stay symbolic where they are a cheap expression of the input
 // size (stride 1: "h-2"; otherwise the floor-division atom "((h-3)//2)+1"), so they check at
 // run time like any other derived dim.
@@ -75,7 +76,8 @@ void window_shape(ShapeCtx& c, const Dim& channels, std::vector<int64_t> kernel,
   const auto dil = c.attrs().get_ints("dilations", std::vector<int64_t>(n, 1));
   const auto pads = c.attrs().get_ints("pads", std::vector<int64_t>(2 * n, 0));
   const std::string auto_pad = c.attrs().get_string("auto_pad", "NOTSET");
-  const bool sizes_known = kernel.size() == n && strides.size() == n && dil.size() == n && pads.size() == 2 * n;
+  const bool sizes_known =
+      kernel.size() == n && strides.size() == n && dil.size() == n && pads.size() == 2 * n;
   Shape out = Shape::of({x.dims[0], channels});
   for (size_t i = 0; i < n; ++i)
     out.dims.push_back(sizes_known ? window_out(x.dims[2 + i], kernel[i], strides[i], dil[i], pads[i],

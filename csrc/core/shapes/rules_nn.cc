@@ -1,5 +1,4 @@
-// Shape rules of network layers: softmax family, normalizations, the losses the exporter emits,
-// and our gradient ops of these (com.torch_ort).
+// Shape rules of network layers: softmax family, normalizations, losses, our gradients of these.
 #include "csrc/core/ir/graph.h"
 #include "csrc/core/shapes/shape_rules.h"
 

@@ -1,6 +1,7 @@
-// Shape rules of reductions (axes from the attribute or a constant input), ArgMax/ArgMin, and
-// our ops that undo a reduction or a broadcast in backward (ReduceSumGrad, ReduceMeanGrad,
-// SumToShape), whose output shape is the *value* of their shape input.
+// Shape rules of reductions, ArgMax/ArgMin/TopK, and our ops that undo a reduction or broadcast.
+//
+// ReduceSumGrad, ReduceMeanGrad and SumToShape take their output shape from the *values* of
+// their shape input (a Shape of the forward value, or a constant).
 #include <algorithm>
 
 #include "csrc/core/ir/graph.h"

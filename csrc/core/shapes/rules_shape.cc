@@ -1,5 +1,4 @@
-// Shape rules of layout ops: Reshape (constant or computed target, -1 and 0 resolved
-// symbolically), Flatten, Transpose, Squeeze/Unsqueeze, Expand, Tile, Pad.
+// Shape rules of layout ops: Reshape, Flatten, Transpose, Squeeze/Unsqueeze, Expand, Tile, Pad.
 #include <algorithm>
 
 #include "csrc/core/shapes/shape_rules.h"
@@ -74,7 +73,8 @@ void transpose_shape(ShapeCtx& c) {
   if (perm.empty())
     for (int64_t i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
   if (static_cast<int64_t>(perm.size()) != x.rank())
-    c.fail("perm has " + std::to_string(perm.size()) + " entries for an input of rank " + std::to_string(x.rank()));
+    c.fail("perm has " + std::to_string(perm.size()) + " entries for an input of rank " +
+           std::to_string(x.rank()));
   Shape out = Shape::of({});
   for (int64_t p : perm) out.dims.push_back(x.dims[norm_axis(c, p, x.rank())]);
   c.set(0, out);
@@ -130,7 +130,8 @@ void tile_shape(ShapeCtx& c) {
   const SymValues* reps = c.values(1);
   if (!x.rank_known) return;
   for (size_t d = 0; d < x.dims.size(); ++d)
-    x.dims[d] = reps && d < reps->size() && (*reps)[d] ? dim_mul(x.dims[d], (*reps)[d]->to_dim()) : Dim{};
+    x.dims[d] =
+        reps && d < reps->size() && (*reps)[d] ? dim_mul(x.dims[d], (*reps)[d]->to_dim()) : Dim{};
   c.set(0, x);
 }
 

@@ -14,8 +14,12 @@ std::string domain_key(const std::string& domain) { return domain == "ai.onnx" ?
 
 }  // namespace
 
-ShapeCtx::ShapeCtx(const Graph& g, const Node& node, const std::unordered_map<ValueId, SymValues>* values)
-    : out_shapes(node.outputs.size()), out_values(node.outputs.size()), g_(g), node_(node),
+ShapeCtx::ShapeCtx(const Graph& g, const Node& node,
+                   const std::unordered_map<ValueId, SymValues>* values)
+    : out_shapes(node.outputs.size()),
+      out_values(node.outputs.size()),
+      g_(g),
+      node_(node),
       values_(values) {}
 
 int64_t ShapeCtx::opset() const {
@@ -30,7 +34,9 @@ Shape ShapeCtx::in(int i) const {
   return s;
 }
 
-DType ShapeCtx::dtype(int i) const { return has_in(i) ? g_.value(node_.inputs[i]).dtype : DType::kUndefined; }
+DType ShapeCtx::dtype(int i) const {
+  return has_in(i) ? g_.value(node_.inputs[i]).dtype : DType::kUndefined;
+}
 
 const SymValues* ShapeCtx::values(int i) const {
   if (!has_in(i)) return nullptr;
@@ -81,7 +87,8 @@ ShapeRegistry& ShapeRegistry::instance() {
 
 bool ShapeRegistry::add(const std::string& domain, const std::string& op, ShapeRule rule) {
   const std::string key = domain_key(domain) + "::" + op;
-  if (!rules_.emplace(key, rule).second) throw std::logic_error("shape rule for '" + key + "' registered twice");
+  if (!rules_.emplace(key, rule).second)
+    throw std::logic_error("shape rule for '" + key + "' registered twice");
   return true;
 }
 
@@ -126,7 +133,9 @@ int64_t norm_axis(const ShapeCtx& c, int64_t axis, int64_t rank) {
   return a;
 }
 
-Shape unknown_dims(int64_t rank) { return rank < 0 ? Shape::unknown() : Shape::of(std::vector<Dim>(rank)); }
+Shape unknown_dims(int64_t rank) {
+  return rank < 0 ? Shape::unknown() : Shape::of(std::vector<Dim>(rank));
+}
 
 Shape shape_from_values(const ShapeCtx& c, int i) {
   if (const SymValues* v = c.values(i)) {

@@ -1,8 +1,9 @@
-// Shape inference rules: one per op, registered with one line in csrc/core/shapes/rules_*.cc:
+// Shape inference rules: one per op, registered with one line in csrc/core/shapes/rules_*.cc.
+//
 //   REGISTER_SHAPE_RULE("MatMul", matmul_shape);
-//   REGISTER_SHAPE_RULE_IN(kOurDomain, "ReluGrad", same_as_input<1>);
-// A rule reads input shapes, attributes and the *values* of small integer inputs (shape
-// vectors, axes, sizes: each element a Dim, so Shape(x) of [batch, 8] has values [batch, 8]),
+//   REGISTER_SHAPE_RULE_IN(kOurDomain, "ReluGrad", activation_grad_shape);
+// A rule reads input shapes, attributes and the *values* of small integer inputs (shape vectors,
+// axes, sizes; each element a symbolic integer, so Shape(x) of [batch, 8] has values [batch, 8]),
 // and sets output shapes and, for integer outputs, their values. An op without a rule (or a rule
 // that cannot tell) leaves its outputs unknown; only a provable contradiction is an error.
 #pragma once

@@ -76,7 +76,9 @@ struct Parser {
       return sub.ok && sub.i == inner.size() ? e : SymExpr::symbol(trim(inner));
     }
     const size_t b = i;
-    while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' || s[i] == '.')) ++i;
+    while (i < s.size() &&
+           (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' || s[i] == '.'))
+      ++i;
     if (b == i || (i < s.size() && s[i] == '(')) return fail();  // a function call: opaque
     return SymExpr::symbol(s.substr(b, i - b));
   }
@@ -135,7 +137,8 @@ SymExpr SymExpr::parse(const std::string& text) {
   SymExpr e = p.expr();
   if (p.ok && p.i == text.size()) return e;
   std::string atom = trim(text);
-  if (atom.size() > 1 && atom.front() == '(' && atom.back() == ')') atom = trim(atom.substr(1, atom.size() - 2));
+  if (atom.size() > 1 && atom.front() == '(' && atom.back() == ')')
+    atom = trim(atom.substr(1, atom.size() - 2));
   return symbol(atom);
 }
 

@@ -30,7 +30,9 @@ struct SymExpr {
   // Parses "2*s0 + s1 - 1"; text it cannot read becomes one opaque atom.
   static SymExpr parse(const std::string& text);
 
-  bool is_constant() const { return terms.empty() || (terms.size() == 1 && terms.begin()->first.empty()); }
+  bool is_constant() const {
+    return terms.empty() || (terms.size() == 1 && terms.begin()->first.empty());
+  }
   int64_t constant_value() const;  // 0 when there is no constant term
   std::string to_string() const;   // canonical
   Dim to_dim() const;              // known when constant (>= 0), symbolic otherwise, unknown if too big
