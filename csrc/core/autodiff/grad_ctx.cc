@@ -152,6 +152,20 @@ ValueId GradCtx::op(const std::string& op_type, std::vector<ValueId> inputs, Att
   return out;
 }
 
+std::vector<ValueId> GradCtx::ours_multi(const std::string& op_type, std::vector<ValueId> inputs,
+                                         const std::vector<ValueId>& like, Attributes attrs) {
+  const std::string base = node_.name.empty() ? node_.op_type : node_.name;
+  std::vector<ValueId> outs;
+  for (ValueId l : like) {
+    if (l == kNoValue) { outs.push_back(kNoValue); continue; }
+    const Value lv = g_.value(l);  // a copy: new_value may grow the value table
+    outs.push_back(g_.new_value(base + "_grad/" + op_type, lv.dtype, lv.shape));
+  }
+  state_.backward.push_back(Node{kOurDomain, op_type, g_.unique_node_name(base + "_grad/" + op_type),
+                                 std::move(inputs), outs, std::move(attrs)});
+  return outs;
+}
+
 ValueId GradCtx::transpose(ValueId a, std::vector<int64_t> perm) {
   Attributes at;
   at.set("perm", perm);
