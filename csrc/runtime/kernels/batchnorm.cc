@@ -88,12 +88,18 @@ void batch_norm_training_kernel(KernelCtx& c) {
   for (int i = 1; i < 5; ++i) check_channels(c, x, i, i < 3 ? "scale/B" : "running mean/var");
   if (c.has_input(3) != c.has_input(4)) c.fail("running_mean and running_var must be given together");
   OptTensor rm, rv;  // updated in place by ATen: copies, the inputs stay untouched
-  if (c.has_input(3)) rm = c.input(3).clone(), rv = c.input(4).clone();
+  if (c.has_input(3)) {
+    rm = c.input(3).clone();
+    rv = c.input(4).clone();
+  }
   auto [y, saved_mean, saved_inv_std] = at::native_batch_norm(
       x, opt(c, 1), opt(c, 2), rm, rv, true, attr_double(c, "momentum", 0.1f), attr_double(c, "epsilon", 1e-5f));
   c.set_output(0, y);
   if ((c.output_wanted(1) || c.output_wanted(2)) && !rm) c.fail("running statistics requested but not given");
-  if (rm) c.set_output(1, *rm), c.set_output(2, *rv);
+  if (rm) {
+    c.set_output(1, *rm);
+    c.set_output(2, *rv);
+  }
   c.set_output(3, saved_mean);
   c.set_output(4, saved_inv_std);
 }
@@ -110,12 +116,15 @@ void batch_norm_grad_kernel(KernelCtx& c) {
   const std::array<bool, 3> mask{c.output_wanted(0), c.output_wanted(1), c.output_wanted(2)};
   OptTensor running_mean, running_var, save_mean, save_inv_std;
   if (!training) {
-    running_mean = c.input(3), running_var = c.input(4);
+    running_mean = c.input(3);
+    running_var = c.input(4);
   } else if (c.has_input(3) && c.has_input(4)) {
-    save_mean = c.input(3), save_inv_std = c.input(4);
+    save_mean = c.input(3);
+    save_inv_std = c.input(4);
   } else {
     auto [var, mean] = at::var_mean(x, reduce_dims(c, x), /*correction=*/0, /*keepdim=*/false);
-    save_mean = mean, save_inv_std = at::rsqrt(at::add(var, eps));
+    save_mean = mean;
+    save_inv_std = at::rsqrt(at::add(var, eps));
   }
   auto [dx, dscale, db] = at::native_batch_norm_backward(dy, x, opt(c, 2), running_mean, running_var,
                                                          save_mean, save_inv_std, training, eps, mask);
