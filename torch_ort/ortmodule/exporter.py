@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import translations
+from torch_ort.ortmodule import buffers, translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
@@ -26,6 +26,7 @@ class ExportResult:
     static_dims: list[list[int | None]]  # per user input: the sizes the export fixed (None: dynamic)
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
+    buffer_updates: list[str] = field(default_factory=list)  # buffers whose new values are the trailing outputs
 
 
 @contextlib.contextmanager
@@ -59,7 +60,7 @@ def _dynamic_shapes(module, args, kwargs):
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None) -> ExportResult:
     start = time.perf_counter()
     try:
-        with _quiet_exporter():
+        with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations:
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
                                         custom_translation_table=translations.TABLE or None,
@@ -68,6 +69,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
         raise ORTModuleTorchModelException(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
 
+    buffers.check_kept(ep, mutations)
     model = program.model
     graph = model.graph
     named = dict(module.named_parameters(remove_duplicate=False))
@@ -100,7 +102,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                 type(module).__name__, seconds, n_user, len(param_names), len(graph))
     return ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
                         out_spec=ep.call_spec.out_spec, static_dims=static_dims, seconds=seconds,
-                        input_names=[v.name for v in graph.inputs[:n_user]])
+                        input_names=[v.name for v in graph.inputs[:n_user]], buffer_updates=mutations.fqns)
 
 
 def exported_with_weights(result: ExportResult) -> bytes:

@@ -94,4 +94,5 @@ class ORTModule(torch.nn.Module):
         else:
             with torch.no_grad():
                 outputs, _ = engine.forward([*tensors, *params])
-        return pytree.tree_unflatten(list(outputs), runner.export.out_spec)
+        outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
+        return pytree.tree_unflatten(outputs, runner.export.out_spec)

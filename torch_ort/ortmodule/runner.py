@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.exporter import export_module, exported_with_weights
 from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
@@ -39,6 +40,7 @@ class GraphRunner:
         named = dict(module.named_parameters(remove_duplicate=False))
         named.update(dict(module.named_buffers(remove_duplicate=False)))
         self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
+        self.buffer_updates = BufferUpdates(module, self.export.buffer_updates)  # trailing outputs
         self._debug = debug
         self._mode = "training" if module.training else "inference"
         self._engines: dict = {}

@@ -17,8 +17,14 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
 // LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
+// MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see pool.cc.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
+    if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
+      ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
+      n.outputs.resize(2, kNoValue);
+      n.outputs[1] = idx;
+    }
     if (n.domain.empty() && n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != kNoValue &&
         (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       const Value& data = g.value(n.inputs[0]);
