@@ -3,7 +3,7 @@ node and the problem — never a crash or a silently wrong result."""
 import pytest
 import torch
 
-from op_table import Case, f, i64, single_node_model
+from op_table import Case, f, i64, expect_named_error, single_node_model
 from torch_ort import _C
 
 t = torch.tensor
@@ -27,6 +27,4 @@ BAD = [
 @pytest.mark.parametrize("case,msg", BAD, ids=[c.id for c, _ in BAD])
 def test_bad_index_input_names_op_node_and_problem(case, msg):
     model, feeds = single_node_model(case, [torch.zeros(1)] * case.n_out)
-    engine = _C.Engine(model, False, [False] * len(feeds))
-    with pytest.raises(_C.KernelError, match=rf"{case.op} \(node /test/{case.id}\).*{msg}"):
-        engine.forward(feeds)
+    expect_named_error(model, feeds, rf"{case.op} \(node /test/{case.id}\).*{msg}")

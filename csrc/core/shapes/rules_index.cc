@@ -36,6 +36,26 @@ void split_shape(ShapeCtx& c) {
 
 // Gather(data, indices; axis): data[:axis] + indices.shape + data[axis+1:]. On a shape vector
 // with constant indices it also picks the values (Shape -> Gather(0) is "the batch size").
+// GatherND(data, indices; batch_dims b) -> indices[:-1] + data[b + indices[-1]:].
+void gather_nd_shape(ShapeCtx& c) {
+  const Shape data = c.in(0), idx = c.in(1);
+  if (!data.rank_known || !idx.rank_known || idx.rank() < 1 || !idx.dims.back().is_known()) return;
+  const int64_t start = c.attrs().get_int("batch_dims", 0) + idx.dims.back().value;
+  if (start > data.rank()) return;  // the kernel reports it, naming the node
+  Shape out = Shape::of({idx.dims.begin(), idx.dims.end() - 1});
+  out.dims.insert(out.dims.end(), data.dims.begin() + start, data.dims.end());
+  c.set(0, out);
+}
+
+// Our Embedding(weight (V, D...), indices) -> indices' shape + D...
+void embedding_shape(ShapeCtx& c) {
+  const Shape w = c.in(0), idx = c.in(1);
+  if (!w.rank_known || !idx.rank_known || w.rank() < 1) return;
+  Shape out = idx;
+  out.dims.insert(out.dims.end(), w.dims.begin() + 1, w.dims.end());
+  c.set(0, out);
+}
+
 void gather_shape(ShapeCtx& c) {
   const Shape data = c.in(0), idx = c.in(1);
   if (!data.rank_known || !idx.rank_known) return;
@@ -88,5 +108,8 @@ REGISTER_SHAPE_RULE("ScatterElements", same_as_input0);
 REGISTER_SHAPE_RULE("ScatterND", same_as_input0);
 REGISTER_SHAPE_RULE("NonZero", nonzero_shape);
 REGISTER_SHAPE_RULE("OneHot", one_hot_shape);
+
+REGISTER_SHAPE_RULE("GatherND", gather_nd_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "Embedding", embedding_shape);
 
 }  // namespace torch_ort

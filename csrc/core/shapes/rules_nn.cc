@@ -70,6 +70,11 @@ REGISTER_SHAPE_RULE("LRN", same_as_input0);
 REGISTER_SHAPE_RULE("SoftmaxCrossEntropyLoss", loss_shape);
 REGISTER_SHAPE_RULE("NegativeLogLikelihoodLoss", loss_shape);
 
+// Ours: BatchNormTraining(X, scale, B, running_mean?, running_var?) -> (Y, new running mean,
+// new running var, saved mean, saved inv-std), statistics of shape (C); CrossEntropyLoss (label
+// smoothing) has SoftmaxCrossEntropyLoss's inputs and outputs.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "BatchNormTraining", batch_norm_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLoss", loss_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SoftmaxGrad", softmax_grad_shape);     // (dY, Y)
 REGISTER_SHAPE_RULE_IN(kOurDomain, "LogSoftmaxGrad", softmax_grad_shape);  // (dY, Y)
 // (dLoss, log_prob, labels, weights?) -> d scores, the shape of log_prob
