@@ -152,6 +152,19 @@ ValueId GradCtx::op(const std::string& op_type, std::vector<ValueId> inputs, Att
   return out;
 }
 
+std::vector<ValueId> GradCtx::ours_multi(const std::string& op_type, std::vector<ValueId> inputs,
+                                         Attributes attrs, const std::vector<ValueId>& likes) {
+  const std::string base = node_.name.empty() ? node_.op_type : node_.name;
+  std::vector<ValueId> outs;
+  for (ValueId like : likes) {
+    const Value info = g_.value(like);  // a copy: new_value may grow the value table
+    outs.push_back(g_.new_value(base + "_grad/" + op_type, info.dtype, info.shape));
+  }
+  state_.backward.push_back(Node{kOurDomain, op_type, g_.unique_node_name(base + "_grad/" + op_type),
+                                 std::move(inputs), outs, std::move(attrs)});
+  return outs;
+}
+
 ValueId GradCtx::transpose(ValueId a, std::vector<int64_t> perm) {
   Attributes at;
   at.set("perm", perm);

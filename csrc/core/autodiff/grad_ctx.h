@@ -51,6 +51,10 @@ class GradCtx {
                DType dtype = DType::kUndefined, Shape shape = {}) {
     return op(op_type, std::move(inputs), std::move(attrs), dtype, std::move(shape), kOurDomain);
   }
+  // One node of ours with several outputs, output j typed and shaped like likes[j]: an op that
+  // computes the gradients of several inputs at once (ATenOpGrad).
+  std::vector<ValueId> ours_multi(const std::string& op_type, std::vector<ValueId> inputs,
+                                  Attributes attrs, const std::vector<ValueId>& likes);
   ValueId add(ValueId a, ValueId b) { return op("Add", {a, b}); }
   ValueId sub(ValueId a, ValueId b) { return op("Sub", {a, b}); }
   ValueId mul(ValueId a, ValueId b) { return op("Mul", {a, b}); }
