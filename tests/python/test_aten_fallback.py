@@ -41,10 +41,12 @@ def fallback_lines(messages):
     return [m for m in messages if m.startswith("ATen fallback:")]
 
 
-def train_with_parity(model_cls, make_inputs, steps=4, sizes=(5, 7, 6, 8)):
+def train_with_parity(model_cls, make_inputs, steps=4, sizes=(5, 7, 6, 8), prepare=None):
     """Trains eager and ORTModule twins side by side; losses and gradients must match."""
     eager, wrapped = twin(model_cls)
     ours = ORTModule(wrapped, DebugOptions(log_level=LogLevel.INFO))
+    if prepare:
+        prepare(ours)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
     opt_o = torch.optim.SGD(ours.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(0)
@@ -218,3 +220,36 @@ def test_training_graph_holds_aten_nodes(strict):
     ops = [(n.domain, n.op_type) for n in onnx.load_from_string(engine.training_graph_onnx()).graph.node]
     assert ("com.torch_ort", "ATenOp") in ops and ("com.torch_ort", "ATenOpGrad") in ops
     assert ("", "CumSum") not in ops
+
+
+class EveryArgumentKind(torch.nn.Module):
+    """Ops the exporter could lower, forced onto the ATen path to exercise the argument encoding:
+    wrapped numbers (x * 3), a float plus an int alpha, int lists (roll), optional Scalars left
+    None (clamp), and new_zeros: a size list with a traced batch dim plus dtype/layout/device."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = torch.ops.aten.add.Tensor(h * 3, 0.5, alpha=2)
+        h = torch.roll(h, shifts=[1, -1], dims=[0, 1]).clamp(min=-1.0)
+        zeros = h.new_zeros(h.shape[0], 4, dtype=torch.float64, layout=torch.strided, device=h.device)
+        return (h + zeros).pow(2).mean()
+
+
+FORCED = [torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.roll.default,
+          torch.ops.aten.clamp.default, torch.ops.aten.new_zeros.default]
+
+
+def test_every_argument_kind_round_trips(strict):
+    def force(ours):
+        ours._aten_fallback.add({op: "forced by the test" for op in FORCED})
+
+    ours, _ = train_with_parity(EveryArgumentKind, rows, prepare=force)
+    assert ours.export_count == 1
+    (runner,) = ours._runners.values()
+    routed = {n.attributes["aten_op"].value for n in runner.export.raw_model[0].graph if n.op_type == "ATenOp"}
+    assert routed == {"aten::mul.Tensor", "aten::add.Tensor", "aten::roll.default",
+                      "aten::clamp.default", "aten::new_zeros.default"}, routed

@@ -9,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -55,9 +56,15 @@ c10::MemoryFormat parse_memory_format(const KernelCtx& c, const std::string& s) 
   c.fail(op_name(c) + ": unsupported memory format '" + s + "'");
 }
 
-// A Python number as the schema wants it: int, float, bool or Scalar (NumberType keeps its kind).
+// A Python number as the schema wants it: int, float, bool, Scalar (NumberType keeps its kind),
+// or a wrapped-number tensor where a Tensor is expected (it promotes like a Python scalar).
 c10::IValue number_as(const c10::TypePtr& type, const c10::Scalar& v) {
   switch (type->kind()) {
+    case c10::TypeKind::TensorType: {
+      at::Tensor t = c10::scalar_to_tensor(v);
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return t;
+    }
     case c10::TypeKind::FloatType: return v.toDouble();
     case c10::TypeKind::BoolType: return v.toBool();
     case c10::TypeKind::IntType:
@@ -141,7 +148,10 @@ class StackBuilder {
     if (kind == "layout") return static_cast<int64_t>(parse_layout(c_, c_.attrs.get_string(name, "")));
     if (kind == "memory_format")
       return static_cast<int64_t>(parse_memory_format(c_, c_.attrs.get_string(name, "")));
-    if (kind == "device") return c10::Device(c_.attrs.get_string(name, "cpu"));
+    if (kind == "device") {  // exported as "cuda:0": the run's own index where the type matches
+      const c10::Device d(c_.attrs.get_string(name, "cpu"));
+      return d.type() == c_.device.type() ? c_.device : d;
+    }
     c_.fail(op_name(c_) + ": argument '" + a.name() + "' has unknown kind '" + kind + "'");
   }
 

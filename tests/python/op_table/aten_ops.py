@@ -1,6 +1,6 @@
 """Op cases of com.torch_ort::ATenOp, the ATen fallback node: one row per argument kind the
-exporter side encodes (tensor, tensors, int, ints, float, bool, str, dtype, none, default, item),
-and multi-output ops. Backward parity runs its gradient, ATenOpGrad (PyTorch autograd)."""
+exporter side encodes (tensor, tensors, int, ints, float, bool, str, dtype, none, default, item,
+wrapped numbers), and multi-output ops. Backward parity runs its gradient, ATenOpGrad (autograd)."""
 import numpy as np
 import torch
 from onnx import TensorProto, numpy_helper
@@ -43,6 +43,10 @@ CASES = [
         aten("kthvalue", kinds=["tensor", "item", "int", "bool"], arg0=0, arg1=1, arg2=1, arg3=1), n_out=2),
     row("linalg_qr-str", [f(5, 3, dtype=torch.float64)], lambda a: tuple(torch.linalg.qr(a, "reduced")),
         aten("linalg_qr", kinds=["tensor", "str"], arg0=0, arg1="reduced"), n_out=2),
+    row("mul-wrapped-number", [f(3, 4)], lambda x: torch.ops.aten.mul.Tensor(x, 3),
+        aten("mul", "Tensor", kinds=["tensor", "int"], arg0=0, arg1=3)),
+    row("add-wrapped-float-alpha", [f(3, 4)], lambda x: torch.ops.aten.add.Tensor(x, 0.5, alpha=2),
+        aten("add", "Tensor", kinds=["tensor", "float", "int"], arg0=0, arg1=0.5, arg2=2)),
     row("special_zeta-scalar-overload", [pos(3) + 1.0], lambda x: torch.special.zeta(x, 2.5),
         aten("special_zeta", "other_scalar", kinds=["tensor", "float"], arg0=0, arg1=2.5),
         check_grad=False),  # PyTorch has no derivative for zeta's first argument either

@@ -15,6 +15,7 @@ The node: tensor arguments become node inputs; every other argument becomes attr
     item      arg<i> = input index of a 0-d tensor             arg<i>_inputs = per element an
               (a SymInt/SymFloat traced from shapes)           input index (-1: the constant)
     float     arg<i> = 0-d float64 tensor            floats    arg<i> = 1-d float64 tensor
+              (int, float and bool also stand for a Python number where the schema wants a Tensor)
     str       arg<i> = string                        dtype     arg<i> = ONNX TensorProto type
     layout, memory_format, device    arg<i> = "strided", "contiguous_format", "cuda:0" ...
 """
@@ -96,6 +97,8 @@ class _Encoder:
                 self.attrs.append(ir.AttrInt64(name, self.input_index(value)))
                 return "item"
             self.fail(arg, "a traced tensor where a constant was expected")
+        if base == "Tensor" and isinstance(value, (bool, int, float)):
+            base = "number"  # a wrapped number (aten.mul.Tensor(x, 2)); the kernel makes the tensor
         if base in ("List[Tensor]", "List[Optional[Tensor]]"):
             self.attrs.append(ir.AttrInt64s(name, [-1 if v is None else self.input_index(v) for v in value]))
             return "tensors"
