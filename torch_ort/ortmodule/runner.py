@@ -87,7 +87,8 @@ class GraphRunner:
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
         except (_C.GradientError, _C.UnsupportedOpError) as e:
-            what = "gradient rule" if isinstance(e, _C.GradientError) else "kernel"
+            what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
+                    "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
             if self._aten.add(ops_from_engine_error(self.export, e, what)):
                 return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e

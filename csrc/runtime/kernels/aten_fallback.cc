@@ -183,9 +183,10 @@ void aten_op_kernel(KernelCtx& c) {
     if (v.isTensor()) results.push_back(v.toTensor());
     else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) results.push_back(t);
     else c.fail(op_name(c) + " returned a " + v.tagKind() + ", not a tensor");
-    if (results.back().is_complex())  // the exporter types complex results as real pairs
-      c.fail(op_name(c) + " returned a complex tensor; complex values are not supported");
   }
+  for (const at::Tensor& t : results)
+    if (t.defined() && t.is_complex())  // the exporter types complex results as real pairs
+      c.fail(op_name(c) + " returned a complex tensor; complex values are not supported");
   if (static_cast<int>(results.size()) != n)
     c.fail(op_name(c) + " returned " + std::to_string(results.size()) + " tensors; the node has " +
            std::to_string(n) + " results");
