@@ -62,7 +62,8 @@ def train_with_parity(model_cls, make_inputs, steps=4, sizes=(5, 7, 6, 8), prepa
         loss_e, loss_o = (o[0] if isinstance(o, tuple) else o for o in outs)
         torch.testing.assert_close(loss_o, loss_e, **LOSS_TOL, msg=lambda m: f"step {step} loss: {m}")
         for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
-            torch.testing.assert_close(po.grad, pe.grad, **GRAD_TOL, msg=lambda m: f"step {step} {name}.grad: {m}")
+            torch.testing.assert_close(po.grad, pe.grad, **GRAD_TOL,
+                                       msg=lambda m: f"step {step} {name}.grad: {m}")
         opt_e.step()
         opt_o.step()
     return ours, outs
@@ -250,6 +251,7 @@ def test_every_argument_kind_round_trips(strict):
     ours, _ = train_with_parity(EveryArgumentKind, rows, prepare=force)
     assert ours.export_count == 1
     (runner,) = ours._runners.values()
-    routed = {n.attributes["aten_op"].value for n in runner.export.raw_model[0].graph if n.op_type == "ATenOp"}
+    graph = runner.export.raw_model[0].graph
+    routed = {n.attributes["aten_op"].value for n in graph if n.op_type == "ATenOp"}
     assert routed == {"aten::mul.Tensor", "aten::add.Tensor", "aten::roll.default",
                       "aten::clamp.default", "aten::new_zeros.default"}, routed

@@ -7,7 +7,7 @@ import torch
 from conftest import twin
 from torch_ort import ORTModule
 from torch_ort import _C
-from torch_ort.ortmodule import ORTModuleIOError, ORTModuleTorchModelException
+from torch_ort.ortmodule import ORTModuleIOError, ORTModuleONNXModelException, ORTModuleTorchModelException
 
 
 class WithCumsum(torch.nn.Module):  # CumSum: no kernel in the engine -> runs as an ATen node
@@ -68,6 +68,14 @@ def test_malformed_onnx_bytes():
 def test_unsupported_model_raises_with_fallback_disabled(strict, model_cls, what):
     with pytest.raises(ORTModuleTorchModelException, match=what):
         ORTModule(model_cls())(torch.randn(3, 4)).backward()
+
+
+@pytest.mark.parametrize("model_cls, what", [(WithCumsum, "CumSum"), (WithAbs, "Abs")])
+def test_unsupported_op_raises_without_aten_fallback(strict, monkeypatch, model_cls, what):
+    monkeypatch.setenv("ORTMODULE_ATEN_FALLBACK", "0")
+    with pytest.raises(ORTModuleONNXModelException, match=what) as info:
+        ORTModule(model_cls())(torch.randn(3, 4)).backward()
+    assert "node" in str(info.value)
 
 
 @pytest.mark.parametrize("model_cls", [WithCumsum, WithAbs])

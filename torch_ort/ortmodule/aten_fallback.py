@@ -4,9 +4,11 @@ node), or when our engine cannot run what it was lowered to (an exported node wi
 an engine build naming nodes with no kernel or gradient rule: the exporter's node metadata names
 the ATen overload each node came from). The module is then exported again with those overloads
 translated to ATenOp; the set is remembered per ORTModule, so later exports start with it.
+ORTMODULE_ATEN_FALLBACK=0 switches it off (such ops then fail, or fall back to eager PyTorch).
 """
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -47,6 +49,7 @@ class AtenFallback:
     """Per ORTModule: the overloads that run through ATenOp, each with why (logged once)."""
 
     def __init__(self):
+        self.enabled = os.environ.get("ORTMODULE_ATEN_FALLBACK", "1") not in ("0", "false", "False")
         self.reasons: dict[torch._ops.OpOverload, str] = {}
         self.rejected: dict[torch._ops.OpOverload, str] = {}  # ops it cannot carry, and why
         self._translations: dict = {}
@@ -56,6 +59,8 @@ class AtenFallback:
 
     def add(self, found: dict) -> bool:
         """Adds overloads not seen before; False when there are none (nothing to re-export for)."""
+        if not self.enabled:
+            return False
         new = False
         for op, why in found.items():
             if op in self.reasons:

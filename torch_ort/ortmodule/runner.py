@@ -73,7 +73,8 @@ class GraphRunner:
             flags = tuple(t.requires_grad for t in (*tensors, *self.params)) if training else None
             engine = self._engines.get((training, flags))
             if engine is None:
-                engine = self._build(training, list(flags) if flags else [False] * (len(tensors) + len(self.params)))
+                n_inputs = len(tensors) + len(self.params)
+                engine = self._build(training, list(flags) if flags else [False] * n_inputs)
             if engine is not None:
                 self._engines[(training, flags)] = engine
                 return engine
