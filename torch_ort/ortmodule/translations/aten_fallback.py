@@ -99,6 +99,8 @@ class _Encoder:
             self.fail(arg, "a traced tensor where a constant was expected")
         if base == "Tensor" and isinstance(value, (bool, int, float)):
             base = "number"  # a wrapped number (aten.mul.Tensor(x, 2)); the kernel makes the tensor
+        if base.startswith("List[") and not isinstance(value, (list, tuple)):
+            value = [value]  # int[1] dims=0: one value for a one-element list
         if base in ("List[Tensor]", "List[Optional[Tensor]]"):
             self.attrs.append(ir.AttrInt64s(name, [-1 if v is None else self.input_index(v) for v in value]))
             return "tensors"
@@ -130,8 +132,8 @@ class _Encoder:
         if base == "str":
             self.attrs.append(ir.AttrString(name, value))
             return "str"
-        if base == "ScalarType":
-            self.attrs.append(ir.AttrInt64(name, int(value)))  # the exporter made it an ONNX type
+        if base == "ScalarType" and isinstance(value, int):
+            self.attrs.append(ir.AttrInt64(name, value))  # the exporter made it an ONNX type
             return "dtype"
         if base in ("Layout", "MemoryFormat", "Device"):
             text = _strip(str(value), "torch.")
