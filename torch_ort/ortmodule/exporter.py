@@ -57,13 +57,16 @@ def _dynamic_shapes(module, args, kwargs):
     return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
-def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None) -> ExportResult:
+def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
+                  extra_translations: dict | None = None) -> ExportResult:
+    """extra_translations (ATen fallback ops) take precedence over translations.TABLE."""
     start = time.perf_counter()
+    table = {**translations.TABLE, **(extra_translations or {})}
     try:
         with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations:
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
-                                        custom_translation_table=translations.TABLE or None,
+                                        custom_translation_table=table or None,
                                         verbose=False, opset_version=opset)
             ep = program.exported_program
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 
@@ -18,8 +19,10 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
 // LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
 // MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see pool.cc.
+// ATenOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
+    if (is_aten_op(n)) request_aten_autograd_outputs(g, n);
     if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
       n.outputs.resize(2, kNoValue);
@@ -112,6 +115,7 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
 
   const auto& reg = GradientRegistry::instance();
   const std::vector<Node> fwd_nodes = g.nodes;  // rules add values to g, never nodes
+  std::vector<std::string> missing;             // ops without a rule on a gradient path
   for (auto it = fwd_nodes.rbegin(); it != fwd_nodes.rend(); ++it) {
     const Node& n = *it;
     std::vector<ValueId> gys;
@@ -123,10 +127,10 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
     if (!any_grad) continue;
     const GradientEntry* e = reg.find(n.domain, n.op_type);
-    if (!e)
-      throw GradientError("No gradient rule for op '" + n.op_type + "' (node " + n.name +
-                          ") on the path from a trainable input to the loss; add one with "
-                          "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+    if (!e) {  // keep going: one error naming every such node (the ATen fallback reroutes them all)
+      missing.push_back("'" + n.op_type + "' (node " + n.name + ")");
+      continue;
+    }
     if (!e->rule) continue;
     std::vector<bool> needs(n.inputs.size(), false);
     bool any_need = false;
@@ -147,6 +151,13 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
   }
 
+  if (!missing.empty()) {
+    std::string msg = "No gradient rule for op " + missing[0];
+    for (size_t i = 1; i < missing.size(); ++i) msg += (i == 1 ? " (and also " : ", ") + missing[i];
+    throw GradientError(msg + (missing.size() > 1 ? ")" : "") +
+                        " on the path from a trainable input to the loss; add one with "
+                        "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+  }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     ValueId in = g.inputs[i];
     auto c = contrib.find(in);
