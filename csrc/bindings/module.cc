@@ -11,6 +11,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/verifier.h"
+#include "csrc/core/shapes/shape_rules.h"
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
@@ -102,7 +103,31 @@ PYBIND11_MODULE(_C, m) {
            [](const Engine& e) { return py::bytes(e.forward_graph_onnx()); })
       .def("training_graph_onnx",
            [](const Engine& e) { return py::bytes(e.training_graph_onnx()); })
-      .def("stats", [](const Engine& e) { return stats_dict(e.stats()); });
+      .def("stats", [](const Engine& e) { return stats_dict(e.stats()); })
+      .def("value_shapes", &Engine::value_shapes,
+           "value_shapes() -> list[(name, inferred shape)] of the executed graph, e.g. ('h', '[s0,32]')")
+      .def("check_shapes",
+           [](const Engine& e, const std::vector<at::Tensor>& inputs) {
+             std::vector<ValueShapeCheck> rows;
+             {
+               py::gil_scoped_release nogil;
+               rows = e.check_shapes(inputs);
+             }
+             py::list out;
+             for (const ValueShapeCheck& r : rows) {
+               py::dict d;
+               d["name"] = r.name;
+               d["inferred"] = r.inferred;
+               d["actual"] = r.actual;
+               d["rank_known"] = r.rank_known;
+               d["unchecked_dims"] = r.unchecked_dims;
+               out.append(d);
+             }
+             return out;
+           },
+           py::arg("inputs"),
+           "Debug: runs forward (+ backward with ones) keeping every tensor and compares each with "
+           "its inferred shape; raises VerifyError naming the first value that disagrees.");
 
   m.def("verify_onnx",
         [](py::bytes onnx) {
@@ -122,6 +147,8 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "'domain::op' of every op with a gradient rule (NO_GRADIENT entries left out).");
+  m.def("shape_ops", [] { return ShapeRegistry::instance().ops(); },
+        "'domain::op' of every shape inference rule.");
   m.def("gradient_ops", [] { return GradientRegistry::instance().ops(); },
         "'domain::op' of every gradient registry entry (rules and NO_GRADIENT).");
 }

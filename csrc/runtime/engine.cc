@@ -12,6 +12,7 @@
 #include "csrc/core/ir/type_inference.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/shapes/infer_shapes.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/errors.h"
 
@@ -35,6 +36,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   topological_sort(g);
   infer_missing_dtypes(g);  // the exporter leaves some value_info out (Constant outputs)
   verify(g);
+  infer_shapes(g);  // before passes and autodiff: both read shapes (rank, provable equality)
   const auto passes = default_forward_pipeline();
   PipelineOptions po;
   for (const std::string& name : options_.disabled_passes) {
@@ -60,6 +62,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
                                   " entries, but the graph has " +
                                   std::to_string(forward_.inputs.size()) + " inputs");
     tg_ = build_training_graph(forward_, options_.input_requires_grad);
+    infer_shapes(tg_->graph);  // the backward values the gradient rules left unknown
     plan_ = plan_training(*tg_);
   } else {
     plan_ = plan_inference(forward_);

@@ -49,6 +49,15 @@ struct EngineStats {
   std::vector<std::string> passes_changed;  // passes that changed the forward graph
 };
 
+// One row of Engine::check_shapes: a value's inferred shape against the tensor a run produced.
+struct ValueShapeCheck {
+  std::string name;              // the value
+  std::string inferred;          // as inference left it: "[s0,32]", "[?]" when the rank is unknown
+  std::vector<int64_t> actual;   // sizes of the tensor the run produced
+  int64_t unchecked_dims = 0;    // dims with nothing to compare (unknown, or an unbound symbol)
+  bool rank_known = false;       // false: nothing was compared
+};
+
 class Engine {
  public:
   // Throws OnnxImportError / VerifyError / GradientError / UnsupportedOpError (see errors.h).
@@ -73,6 +82,13 @@ class Engine {
   std::string forward_graph_onnx() const;   // the optimized forward graph
   std::string training_graph_onnx() const;  // forward+backward (training engines only)
   EngineStats stats() const { return stats_; }
+
+  // Debug (engine_shapes.cc): runs forward (and backward with all-ones output gradients) keeping
+  // every tensor, then compares each with its inferred shape, binding each symbol to the first
+  // size it meets (inputs first). A mismatch throws VerifyError naming the value and its node.
+  std::vector<ValueShapeCheck> check_shapes(const std::vector<at::Tensor>& inputs) const;
+  // (name, inferred shape) of every value of the executed graph, in id order.
+  std::vector<std::pair<std::string, std::string>> value_shapes() const;
 
  private:
   const Graph& exec_graph() const { return tg_ ? tg_->graph : forward_; }

@@ -33,7 +33,7 @@ inline In B(Dims s) { return {Kind::kBool, std::move(s), {}}; }
 inline In L(Dims s, std::vector<int64_t> v) { return {Kind::kLabels, std::move(s), std::move(v)}; }
 inline In K(std::vector<int64_t> v) { return {Kind::kConstInts, {}, std::move(v)}; }
 inline In S(double v) { return {Kind::kConstScalar, {}, {}, v}; }
-In Omit() { return {Kind::kOmitted, {}, {}}; }
+inline In Omit() { return {Kind::kOmitted, {}, {}}; }
 inline bool wants_grad(Kind k) { return k == Kind::kGrad || k == Kind::kPositive; }
 
 using Builder = std::function<std::vector<ValueId>(Graph&, const std::vector<ValueId>&)>;

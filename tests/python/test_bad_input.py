@@ -7,10 +7,10 @@ import torch
 from conftest import twin
 from torch_ort import ORTModule
 from torch_ort import _C
-from torch_ort.ortmodule import ORTModuleIOError, ORTModuleONNXModelException
+from torch_ort.ortmodule import ORTModuleIOError, ORTModuleONNXModelException, ORTModuleTorchModelException
 
 
-class WithCumsum(torch.nn.Module):  # CumSum: no kernel in the engine
+class WithCumsum(torch.nn.Module):  # CumSum: no kernel in the engine -> runs as an ATen node
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 4)
@@ -19,13 +19,32 @@ class WithCumsum(torch.nn.Module):  # CumSum: no kernel in the engine
         return torch.cumsum(self.fc(x), dim=1).pow(2).mean()
 
 
-class WithAbs(torch.nn.Module):  # Abs: a kernel, but no gradient rule
+class WithAbs(torch.nn.Module):  # Abs: a kernel, but no gradient rule -> runs as an ATen node
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 4)
 
     def forward(self, x):
         return torch.abs(self.fc(x)).mean()
+
+
+class DataDependentBranch(torch.nn.Module):  # control flow on a value: torch.export cannot trace it
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h.pow(2).mean() if h.sum() > 0 else h.mean()
+
+
+class ListReturningOp(torch.nn.Module):  # split_copy: no translation, and returns Tensor[], which
+    def __init__(self):                  # an ATen node cannot carry (its outputs are tensors)
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.split_copy(self.fc(x), 2)[0].pow(2).mean()
 
 
 class ComplexInput(torch.nn.Module):  # a complex input: a dtype the engine does not take
@@ -42,12 +61,39 @@ def test_malformed_onnx_bytes():
         _C.Engine(b"\x08\x01garbage-not-onnx", True, [])
 
 
+@pytest.mark.parametrize("model_cls, what", [
+    (DataDependentBranch, "torch.export"),
+    (ListReturningOp, r"aten::split_copy.Tensor: it returns List\[Tensor\]"),
+])
+def test_unsupported_model_raises_with_fallback_disabled(strict, model_cls, what):
+    with pytest.raises(ORTModuleTorchModelException, match=what):
+        ORTModule(model_cls())(torch.randn(3, 4)).backward()
+
+
 @pytest.mark.parametrize("model_cls, what", [(WithCumsum, "CumSum"), (WithAbs, "Abs")])
-def test_unsupported_op_raises_with_fallback_disabled(strict, model_cls, what):
-    ours = ORTModule(model_cls())
+def test_unsupported_op_raises_without_aten_fallback(strict, monkeypatch, model_cls, what):
+    monkeypatch.setenv("ORTMODULE_ATEN_FALLBACK", "0")
     with pytest.raises(ORTModuleONNXModelException, match=what) as info:
-        ours(torch.randn(3, 4)).backward()
+        ORTModule(model_cls())(torch.randn(3, 4)).backward()
     assert "node" in str(info.value)
+
+
+@pytest.mark.parametrize("model_cls", [WithCumsum, WithAbs])
+def test_ops_without_kernel_or_rule_train_via_aten_fallback(strict, model_cls):
+    """What once failed here (no kernel, no gradient rule) now runs in our graph as ATen nodes."""
+    eager, wrapped = twin(model_cls)
+    ours = ORTModule(wrapped)
+    gen = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: nothing runs in eager
+        for n in (3, 5, 4):
+            x = torch.randn(n, 4, generator=gen)
+            for m in (eager, ours):
+                m.zero_grad()
+                m(x).backward()
+            torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=1e-6)
+            for pe, po in zip(eager.parameters(), ours.parameters()):
+                torch.testing.assert_close(po.grad, pe.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_complex_input_raises_with_fallback_disabled(strict):
@@ -56,8 +102,8 @@ def test_complex_input_raises_with_fallback_disabled(strict):
 
 
 @pytest.mark.parametrize("model_cls, make_input", [
-    (WithCumsum, lambda g: torch.randn(3, 4, generator=g)),
-    (WithAbs, lambda g: torch.randn(3, 4, generator=g)),
+    (DataDependentBranch, lambda g: torch.randn(3, 4, generator=g)),
+    (ListReturningOp, lambda g: torch.randn(3, 4, generator=g)),
     (ComplexInput, lambda g: torch.randn(3, 4, dtype=torch.cfloat, generator=g)),
 ])
 def test_default_policy_warns_once_and_trains_in_eager(model_cls, make_input):

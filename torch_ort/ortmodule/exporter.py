@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import translations
+from torch_ort.ortmodule import buffers, translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
@@ -28,6 +28,7 @@ class ExportResult:
     static_dims: list[list[int | None]]  # per user input: the sizes the export fixed (None: dynamic)
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
+    buffer_updates: list[str] = field(default_factory=list)  # buffers whose new values are the trailing outputs
     out_constants: dict[int, object] = field(default_factory=dict)  # out_spec leaf -> value the
     #   graph does not compute (None entries, Python numbers); every other leaf is a graph output
 
@@ -97,19 +98,23 @@ def _dynamic_shapes(module, args, kwargs):
     return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
-def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None) -> ExportResult:
+def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
+                  extra_translations: dict | None = None) -> ExportResult:
+    """extra_translations (ATen fallback ops) take precedence over translations.TABLE."""
     start = time.perf_counter()
+    table = {**translations.TABLE, **(extra_translations or {})}
     try:
-        with _quiet_exporter():
+        with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations:
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
-                                        custom_translation_table=translations.TABLE or None,
+                                        custom_translation_table=table or None,
                                         verbose=False, opset_version=opset)
             ep = program.exported_program
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
         LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
         raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
 
+    buffers.check_kept(ep, mutations)
     model = program.model
     graph = model.graph
     named = dict(module.named_parameters(remove_duplicate=False))
@@ -147,7 +152,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     return ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
                         out_spec=ep.call_spec.out_spec, out_constants=out_constants,
                         static_dims=static_dims, seconds=seconds,
-                        input_names=[v.name for v in graph.inputs[:n_user]])
+                        input_names=[v.name for v in graph.inputs[:n_user]], buffer_updates=mutations.fqns)
 
 
 def exported_with_weights(result: ExportResult) -> bytes:

@@ -5,6 +5,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torch_ort.ortmodule import hf
+from torch_ort.ortmodule.aten_fallback import AtenFallback
 from torch_ort.ortmodule.bridge import EngineFunction
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
@@ -32,6 +33,7 @@ class ORTModule(torch.nn.Module):
         self._debug.apply_log_level()
         self._fallback = FallbackManager()
         self._runners: dict = {}  # (training path, input schema) -> GraphRunner
+        self._aten_fallback = AtenFallback()  # ops routed through ATenOp, found while exporting
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
 
@@ -73,6 +75,9 @@ class ORTModule(torch.nn.Module):
             self._fallback.handle(error)
             return self.module(*args, **kwargs)
 
+    def _count_export(self):
+        self.export_count += 1
+
     def _forward_engine(self, args, kwargs):
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
@@ -84,19 +89,20 @@ class ORTModule(torch.nn.Module):
         key = (self.module.training, input_schema(spec, flat))
         runner = self._runners.get(key)
         if runner is None or not runner.accepts(tensors):
-            runner = GraphRunner(self.module, args, kwargs, self._debug)
-            self.export_count += 1
+            runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
+                                 on_export=self._count_export)
             self._runners[key] = runner
-        params = runner.params
         # Gradients are built whenever autograd would record the call (also in eval mode, where
         # ORT silently ran inference); otherwise the forward-only inference engine runs.
-        training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *params))
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *runner.params))
         built = runner.engines_built
-        engine = runner.engine_for(training, tensors, params)
+        engine = runner.engine_for(training, tensors, args, kwargs)
         self.engine_build_count += runner.engines_built - built
+        params = runner.params
         if training:
             outputs = EngineFunction.apply(engine, *tensors, *params)
         else:
             with torch.no_grad():
                 outputs, _ = engine.forward([*tensors, *params])
+        outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)

@@ -6,7 +6,14 @@ import os
 
 import torch
 
-from torch_ort.ortmodule.exporter import export_module, exported_with_weights
+from torch_ort.ortmodule.buffers import BufferUpdates
+from torch_ort.ortmodule.aten_fallback import (
+    MAX_EXPORTS,
+    AtenFallback,
+    export_with_fallback,
+    ops_from_engine_error,
+)
+from torch_ort.ortmodule.exporter import exported_with_weights
 from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
 
@@ -33,16 +40,26 @@ def _load_extension():
 
 
 class GraphRunner:
-    def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions):
-        opset = os.environ.get("ORTMODULE_ONNX_OPSET_VERSION")
-        self.export = export_module(module, args, kwargs, int(opset) if opset else None)
-        named = dict(module.named_parameters(remove_duplicate=False))
-        named.update(dict(module.named_buffers(remove_duplicate=False)))
-        self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
+    """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
+    per export, re-exports for the ATen fallback included."""
+
+    def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions,
+                 aten: AtenFallback, on_export=lambda: None):
+        self._module, self._aten, self._on_export = module, aten, on_export
         self._debug = debug
         self._mode = "training" if module.training else "inference"
+        self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
+        self._export(args, kwargs)
+
+    def _export(self, args: tuple, kwargs: dict) -> None:
+        opset = os.environ.get("ORTMODULE_ONNX_OPSET_VERSION")
+        self.export = export_with_fallback(self._module, args, kwargs, int(opset) if opset else None,
+                                           self._aten, self._on_export)
+        named = dict(self._module.named_parameters(remove_duplicate=False))
+        named.update(dict(self._module.named_buffers(remove_duplicate=False)))
+        self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
+        self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
-        self.engines_built = 0  # a new requires-grad set builds a gradient graph, never re-exports
 
     def accepts(self, tensors) -> bool:
         """False when the export fixed a size that this call's inputs do not have."""
@@ -52,20 +69,35 @@ class GraphRunner:
                     return False
         return True
 
-    def engine_for(self, training: bool, tensors, params):
-        flags = tuple(t.requires_grad for t in (*tensors, *params)) if training else None
-        engine = self._engines.get((training, flags))
-        if engine is None:
-            engine = self._build(training, list(flags) if flags else [False] * (len(tensors) + len(params)))
-            self._engines[(training, flags)] = engine
-        return engine
+    def engine_for(self, training: bool, tensors, args: tuple, kwargs: dict):
+        """The engine for this call; an engine build that names ops we cannot run re-exports with
+        them on the ATen fallback (self.params may then be rebound: read it after this call)."""
+        for _ in range(MAX_EXPORTS):
+            flags = tuple(t.requires_grad for t in (*tensors, *self.params)) if training else None
+            engine = self._engines.get((training, flags))
+            if engine is None:
+                n_inputs = len(tensors) + len(self.params)
+                engine = self._build(training, list(flags) if flags else [False] * n_inputs)
+            if engine is not None:
+                self._engines[(training, flags)] = engine
+                return engine
+            self._export(args, kwargs)
+        raise ORTModuleONNXModelException(f"ATen fallback: the engine still fails after {MAX_EXPORTS} "
+                                          "re-exports")
 
     def _build(self, training: bool, flags: list[bool]):
+        """The engine, or None when the ATen fallback took new ops (export again)."""
         _C = _load_extension()
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
+            engine = _C.Engine(self.export.onnx_bytes, training, flags)
             self.engines_built += 1
-        except (_C.OnnxImportError, _C.VerifyError, _C.GradientError, _C.UnsupportedOpError) as e:
+            what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
+                    "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
+            if self._aten.add(ops_from_engine_error(self.export, e, what)):
+                return None
+            raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
+        except (_C.OnnxImportError, _C.VerifyError) as e:
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         stats = engine.stats()
         if training:

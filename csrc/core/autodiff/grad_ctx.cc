@@ -5,63 +5,9 @@
 #include <numeric>
 
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/shapes/infer_shapes.h"
 
 namespace torch_ort {
-namespace {
-
-// Broadcast shape of elementwise operands where it is provable; unknown otherwise.
-Shape broadcast_shape(const Graph& g, const std::vector<ValueId>& ins) {
-  Shape out = Shape::of({});
-  for (ValueId v : ins) {
-    if (v == kNoValue) continue;
-    const Shape& s = g.value(v).shape;
-    if (!s.rank_known) return Shape::unknown();
-    std::vector<Dim> dims(std::max(out.dims.size(), s.dims.size()), Dim::known(1));
-    for (size_t k = 0; k < dims.size(); ++k) {
-      const Dim* a = k < out.dims.size() ? &out.dims[out.dims.size() - 1 - k] : nullptr;
-      const Dim* b = k < s.dims.size() ? &s.dims[s.dims.size() - 1 - k] : nullptr;
-      Dim& d = dims[dims.size() - 1 - k];
-      if (!a) d = *b;
-      else if (!b) d = *a;
-      else if (a->is_known() && a->value == 1) d = *b;
-      else if (b->is_known() && b->value == 1) d = *a;
-      else if (a->same_as(*b)) d = *a;
-      else d = Dim{};
-    }
-    out.dims = std::move(dims);
-  }
-  return out;
-}
-
-// (..., M, K)·(..., K, N) -> (broadcast ..., M, N); Gemm: (M, K)·(K, N) -> (M, N) after flags.
-Shape matmul_shape(const Graph& g, const std::string& op, const std::vector<ValueId>& ins,
-                   const Attributes& attrs) {
-  const Shape& a = g.value(ins.at(0)).shape;
-  const Shape& b = g.value(ins.at(1)).shape;
-  if (!a.rank_known || !b.rank_known || a.rank() < 2 || b.rank() < 2) return Shape::unknown();
-  if (op == "Gemm") {
-    if (a.rank() != 2 || b.rank() != 2) return Shape::unknown();
-    const bool ta = attrs.get_int("transA", 0) != 0, tb = attrs.get_int("transB", 0) != 0;
-    return Shape::of({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]});
-  }
-  Shape batch_a = Shape::of({a.dims.begin(), a.dims.end() - 2});
-  Shape batch_b = Shape::of({b.dims.begin(), b.dims.end() - 2});
-  Graph scratch;  // broadcast_shape reads shapes through a graph
-  std::vector<ValueId> ids{scratch.add_value("a", DType::kFloat, batch_a),
-                           scratch.add_value("b", DType::kFloat, batch_b)};
-  Shape out = broadcast_shape(scratch, ids);
-  if (!out.rank_known) return out;
-  out.dims.push_back(a.dims[a.dims.size() - 2]);
-  out.dims.push_back(b.dims.back());
-  return out;
-}
-
-bool is_elementwise(const std::string& op) {
-  static const char* kOps[] = {"Add", "Sub", "Mul", "Div", "Neg", "Where", "Sum", "Pow"};
-  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; });
-}
-
-}  // namespace
 
 GradCtx::GradCtx(BuilderState& state, Node node, std::vector<ValueId> grad_outputs,
                  std::vector<bool> needs)
@@ -140,16 +86,29 @@ void GradCtx::set_grad(int i, ValueId grad) {
 ValueId GradCtx::op(const std::string& op_type, std::vector<ValueId> inputs, Attributes attrs,
                     DType dtype, Shape shape, const std::string& domain) {
   if (dtype == DType::kUndefined) dtype = g_.value(inputs.at(0)).dtype;
-  if (!shape.rank_known && domain.empty() && is_elementwise(op_type))
-    shape = broadcast_shape(g_, inputs);
-  if (!shape.rank_known && domain.empty() && (op_type == "MatMul" || op_type == "Gemm"))
-    shape = matmul_shape(g_, op_type, inputs, attrs);
   const std::string base = node_.name.empty() ? node_.op_type : node_.name;
-  ValueId out = g_.new_value(base + "_grad/" + op_type, dtype, std::move(shape));
-  Node n{domain, op_type, g_.unique_node_name(base + "_grad/" + op_type), std::move(inputs), {out},
+  Node n{domain, op_type, g_.unique_node_name(base + "_grad/" + op_type), std::move(inputs), {kNoValue},
          std::move(attrs)};
+  // The shape table knows every op we emit; provable shapes let sum_to_shape_of skip SumToShape.
+  if (!shape.rank_known) shape = infer_node_shapes(g_, n).at(0);
+  const ValueId out = g_.new_value(base + "_grad/" + op_type, dtype, std::move(shape));
+  n.outputs[0] = out;
   state_.backward.push_back(std::move(n));
   return out;
+}
+
+std::vector<ValueId> GradCtx::ours_multi(const std::string& op_type, std::vector<ValueId> inputs,
+                                         const std::vector<ValueId>& like, Attributes attrs) {
+  const std::string base = node_.name.empty() ? node_.op_type : node_.name;
+  std::vector<ValueId> outs;
+  for (ValueId l : like) {
+    if (l == kNoValue) { outs.push_back(kNoValue); continue; }
+    const Value lv = g_.value(l);  // a copy: new_value may grow the value table
+    outs.push_back(g_.new_value(base + "_grad/" + op_type, lv.dtype, lv.shape));
+  }
+  state_.backward.push_back(Node{kOurDomain, op_type, g_.unique_node_name(base + "_grad/" + op_type),
+                                 std::move(inputs), outs, std::move(attrs)});
+  return outs;
 }
 
 ValueId GradCtx::transpose(ValueId a, std::vector<int64_t> perm) {

@@ -51,6 +51,10 @@ class GradCtx {
                DType dtype = DType::kUndefined, Shape shape = {}) {
     return op(op_type, std::move(inputs), std::move(attrs), dtype, std::move(shape), kOurDomain);
   }
+  // One node of our domain with one output per `like` value, typed as it (dX_i like X_i);
+  // kNoValue in `like` omits that output (ConcatGrad: only the inputs that need a gradient).
+  std::vector<ValueId> ours_multi(const std::string& op_type, std::vector<ValueId> inputs,
+                                  const std::vector<ValueId>& like, Attributes attrs = {});
   ValueId add(ValueId a, ValueId b) { return op("Add", {a, b}); }
   ValueId sub(ValueId a, ValueId b) { return op("Sub", {a, b}); }
   ValueId mul(ValueId a, ValueId b) { return op("Mul", {a, b}); }

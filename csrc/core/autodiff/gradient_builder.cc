@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 
@@ -16,8 +17,17 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Some gradients need a forward output the exporter left out; ask the forward op for it.
 // SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
+// LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
+// MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see pool.cc.
+// ATenOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
+    if (is_aten_op(n)) request_aten_autograd_outputs(g, n);
+    if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
+      ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
+      n.outputs.resize(2, kNoValue);
+      n.outputs[1] = idx;
+    }
     if (n.domain.empty() && n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != kNoValue &&
         (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       const Value& data = g.value(n.inputs[0]);
@@ -25,7 +35,24 @@ void request_forward_outputs(Graph& g) {
       n.outputs.resize(2, kNoValue);
       n.outputs[1] = mask;
     }
-    if (n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss" &&
+    if (n.domain.empty() && n.op_type == "LayerNormalization") {
+      // Statistics per normalised row: X's dims before `axis`, 1s after; float unless X is double
+      // (stash_type 1, the default).
+      const Value x = g.value(n.inputs.at(0));
+      Shape s = Shape::unknown();
+      if (x.shape.rank_known && x.shape.rank() > 0) {
+        const int64_t r = x.shape.rank(), axis = n.attrs.get_int("axis", -1);
+        s = x.shape;
+        for (int64_t d = axis < 0 ? axis + r : axis; d >= 0 && d < r; ++d) s.dims[d] = Dim::known(1);
+      }
+      const DType st = n.attrs.get_int("stash_type", 1) == 1 && x.dtype != DType::kDouble ? DType::kFloat : x.dtype;
+      n.outputs.resize(3, kNoValue);
+      for (int i : {1, 2})
+        if (n.outputs[i] == kNoValue)
+          n.outputs[i] = g.new_value(g.value(n.outputs[0]).name + (i == 1 ? "/mean" : "/inv_std_dev"), st, s);
+    }
+    const bool ours_ce = n.domain == kOurDomain && n.op_type == "CrossEntropyLoss";
+    if (((n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss") || ours_ce) &&
         (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       const Value& scores = g.value(n.inputs.at(0));
       ValueId lp = g.new_value(g.value(n.outputs[0]).name + "/log_prob", scores.dtype, scores.shape);
@@ -88,6 +115,7 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
 
   const auto& reg = GradientRegistry::instance();
   const std::vector<Node> fwd_nodes = g.nodes;  // rules add values to g, never nodes
+  std::vector<std::string> missing;             // ops without a rule on a gradient path
   for (auto it = fwd_nodes.rbegin(); it != fwd_nodes.rend(); ++it) {
     const Node& n = *it;
     std::vector<ValueId> gys;
@@ -99,10 +127,10 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
     if (!any_grad) continue;
     const GradientEntry* e = reg.find(n.domain, n.op_type);
-    if (!e)
-      throw GradientError("No gradient rule for op '" + n.op_type + "' (node " + n.name +
-                          ") on the path from a trainable input to the loss; add one with "
-                          "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+    if (!e) {  // keep going: one error naming every such node (the ATen fallback reroutes them all)
+      missing.push_back("'" + n.op_type + "' (node " + n.name + ")");
+      continue;
+    }
     if (!e->rule) continue;
     std::vector<bool> needs(n.inputs.size(), false);
     bool any_need = false;
@@ -123,6 +151,13 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
   }
 
+  if (!missing.empty()) {
+    std::string msg = "No gradient rule for op " + missing[0];
+    for (size_t i = 1; i < missing.size(); ++i) msg += (i == 1 ? " (and also " : ", ") + missing[i];
+    throw GradientError(msg + (missing.size() > 1 ? ")" : "") +
+                        " on the path from a trainable input to the loss; add one with "
+                        "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+  }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     ValueId in = g.inputs[i];
     auto c = contrib.find(in);

@@ -1,5 +1,6 @@
-// Gradient rules of softmax-family ops and the losses the exporter emits for
-// F.cross_entropy (SoftmaxCrossEntropyLoss) and F.nll_loss (NegativeLogLikelihoodLoss).
+// Gradient rules of the NN family: softmax ops, the losses the exporter emits for
+// F.cross_entropy (SoftmaxCrossEntropyLoss, ours CrossEntropyLoss when label smoothing is on) and
+// F.nll_loss, Dropout, LayerNormalization, Gelu, Erf and our Embedding.
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 
@@ -39,16 +40,20 @@ Attributes loss_attrs(const GradCtx& g) {
 }
 
 // d scores = (softmax(scores) − onehot(labels)) · w · dLoss / normaliser, computed from the
-// forward's log_prob output without ever materialising a one-hot.
+// forward's log_prob output without ever materialising a one-hot. Ours CrossEntropyLoss adds
+// label smoothing ε: the target becomes (1 − ε)·onehot·w_t + ε/C·w (still fused, no one-hot).
 // A gradient reaching the log_prob output (when the model uses it) adds LogSoftmax's gradient
 // along the class axis (1).
 void softmax_cross_entropy_grad(GradCtx& g) {
   ValueId d = kNoValue;
   if (g.has_grad_out(0)) {
+    const bool ours = g.node().domain == kOurDomain;
+    Attributes a = loss_attrs(g);
+    if (ours) a.set("label_smoothing", g.attrs().get_float("label_smoothing", 0.0f));
     std::vector<ValueId> ins{g.grad_out(0), g.out(1), g.in(1)};
     if (g.has_in(2)) ins.push_back(g.in(2));
-    d = g.ours("SoftmaxCrossEntropyLossGrad", std::move(ins), loss_attrs(g), DType::kUndefined,
-               g.info(g.in(0)).shape);
+    d = g.ours(ours ? "CrossEntropyLossGrad" : "SoftmaxCrossEntropyLossGrad", std::move(ins), std::move(a),
+               DType::kUndefined, g.info(g.in(0)).shape);
   }
   if (g.has_grad_out(1)) {
     Attributes a;
@@ -77,8 +82,89 @@ void dropout_grad(GradCtx& g) {
                        g.info(g.in(0)).shape));
 }
 
+// Gradients reaching LayerNormalization's Mean (μ) and InvStdDev (r) outputs, when the graph reads
+// them: dX += spread(dμ) + spread(dr · −r³) · (X − μ), spread = ReduceMean's gradient over the
+// normalised axes (÷ n, broadcast back). The exporter never exposes them; hand-built graphs may.
+ValueId layer_norm_stats_grad(GradCtx& g, int64_t axis) {
+  const int64_t r = g.rank(g.in(0));
+  const DType dt = g.info(g.in(0)).dtype;
+  std::vector<int64_t> axes;
+  for (int64_t d = axis < 0 ? axis + r : axis; d < r; ++d) axes.push_back(d);
+  auto as_x_type = [&](ValueId v) {
+    if (g.info(v).dtype == dt) return v;
+    Attributes c;
+    c.set("to", static_cast<int64_t>(dt));
+    return g.op("Cast", {v}, std::move(c), dt, g.info(v).shape);
+  };
+  auto spread = [&](ValueId v) {
+    Attributes a;
+    a.set("axes", axes);
+    return g.ours("ReduceMeanGrad", {as_x_type(v), g.shape_of(g.in(0))}, std::move(a), dt, g.info(g.in(0)).shape);
+  };
+  ValueId dx = kNoValue;
+  if (g.has_grad_out(1)) dx = spread(g.grad_out(1));
+  if (g.has_grad_out(2)) {
+    const ValueId r_ = g.out(2);
+    const ValueId c = g.neg(g.mul(g.grad_out(2), g.mul(g.mul(r_, r_), r_)));
+    const ValueId t = g.mul(spread(c), g.sub(g.in(0), as_x_type(g.out(1))));
+    dx = dx == kNoValue ? t : g.add(dx, t);
+  }
+  return dx;
+}
+
+// LayerNormalization(X, Scale, [B]) with the forward's Mean (output 1) and InvStdDev (output 2):
+// dX and dScale from ATen's layer-norm backward, dB = Σ_outer dY.
+void layer_norm_grad(GradCtx& g) {
+  const int64_t axis = g.attrs().get_int("axis", -1);
+  Attributes a;
+  a.set("axis", axis);
+  ValueId dx = kNoValue;
+  if (g.has_grad_out(0)) {
+    const std::vector<ValueId> ins{g.grad_out(0), g.in(0), g.in(1), g.out(1), g.out(2)};
+    if (g.needs(0)) dx = g.ours("LayerNormalizationGrad", ins, a, DType::kUndefined, g.info(g.in(0)).shape);
+    if (g.needs(1))
+      g.set_grad(1, g.ours("LayerNormalizationScaleGrad", ins, a, DType::kUndefined, g.info(g.in(1)).shape));
+    if (g.needs(2)) g.set_grad(2, g.sum_to_shape_of(g.grad_out(0), g.in(2)));
+  } else {  // only the statistics are read: they do not depend on Scale or B
+    for (int i : {1, 2})
+      if (g.needs(i)) g.set_grad(i, g.mul(g.in(i), g.const_scalar(0.0, g.info(g.in(i)).dtype)));
+  }
+  if (g.needs(0) && (g.has_grad_out(1) || g.has_grad_out(2))) {
+    const ValueId ds = layer_norm_stats_grad(g, axis);
+    dx = dx == kNoValue ? ds : g.add(dx, ds);
+  }
+  g.set_grad(0, dx);
+}
+
+// Gelu: dX = dY · Φ'(X) (exact or tanh form, as the forward's `approximate`); reads X.
+void gelu_grad(GradCtx& g) {
+  Attributes a;
+  a.set("approximate", g.attrs().get_string("approximate", "none"));
+  g.set_grad(0, g.ours("GeluGrad", {g.grad_out(0), g.in(0)}, std::move(a), DType::kUndefined,
+                       g.info(g.in(0)).shape));
+}
+
+void erf_grad(GradCtx& g) {  // dX = dY · 2/√π · exp(−X²)
+  g.set_grad(0, g.ours("ErfGrad", {g.grad_out(0), g.in(0)}, {}, DType::kUndefined, g.info(g.in(0)).shape));
+}
+
+// Ours Embedding(weight, indices; padding_idx): dWeight is dense, dY rows summed per index, zero
+// at padding_idx. Only the weight's shape is kept for backward, not the weight.
+void embedding_grad(GradCtx& g) {
+  Attributes a;
+  a.set("padding_idx", g.attrs().get_int("padding_idx", -1));
+  a.set("scale_grad_by_freq", g.attrs().get_int("scale_grad_by_freq", 0));
+  g.set_grad(0, g.ours("EmbeddingGrad", {g.grad_out(0), g.in(1), g.shape_of(g.in(0))}, std::move(a),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+
 }  // namespace
 
+REGISTER_GRADIENT("LayerNormalization", layer_norm_grad, {});
+REGISTER_GRADIENT("Gelu", gelu_grad, {});
+REGISTER_GRADIENT("Erf", erf_grad, {});
+REGISTER_GRADIENT_IN(kOurDomain, "CrossEntropyLoss", softmax_cross_entropy_grad, {1, 2});
+REGISTER_GRADIENT_IN(kOurDomain, "Embedding", embedding_grad, {1});
 REGISTER_GRADIENT("Dropout", dropout_grad, {1, 2});
 REGISTER_GRADIENT("Softmax", softmax_grad, {});
 REGISTER_GRADIENT("LogSoftmax", log_softmax_grad, {});

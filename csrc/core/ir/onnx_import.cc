@@ -194,7 +194,12 @@ Graph import_onnx(const std::string& bytes) {
   }
   // Types of node outputs come from value_info and graph outputs, applied when created.
   std::unordered_map<std::string, TypeInfo> types;
-  for (const auto& vi : gp.value_info()) types[vi.name()] = to_type(vi);
+  for (const auto& vi : gp.value_info()) {
+    // A sequence-typed intermediate (SplitToSequence's output) stays untyped: the
+    // sequence_to_split pass rewrites it away, and an op left reading it fails as "no kernel".
+    if (vi.has_type() && vi.type().has_sequence_type()) continue;
+    types[vi.name()] = to_type(vi);
+  }
   for (const auto& vi : gp.output()) types[vi.name()] = to_type(vi);
 
   // Outputs first, then inputs: accepts files whose nodes are not topologically sorted.

@@ -40,6 +40,7 @@ DType output_dtype(const Graph& g, const Node& n, size_t out_index) {
   if (bool_ops().count(op)) return DType::kBool;
   if (int64_ops().count(op)) return DType::kInt64;
   if (op == "Dropout" && out_index == 1) return DType::kBool;  // the mask
+  if (op == "MaxPool" && out_index == 1) return DType::kInt64;  // Indices
   if (op == "Where" && n.inputs.size() > 1 && n.inputs[1] != kNoValue) return g.value(n.inputs[1]).dtype;
   // Everything else computes in the type of its first (data) input.
   for (ValueId in : n.inputs)

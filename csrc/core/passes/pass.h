@@ -29,5 +29,6 @@ std::vector<std::string> run_pipeline(Graph& g, const std::vector<std::unique_pt
                                       const PipelineOptions& opts);
 
 std::unique_ptr<Pass> make_dce_pass();  // removes nodes whose outputs reach no graph output
+std::unique_ptr<Pass> make_sequence_to_split_pass();  // SplitToSequence + SequenceAt -> Split
 
 }  // namespace torch_ort

@@ -7,6 +7,9 @@ namespace torch_ort {
 
 std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   std::vector<std::unique_ptr<Pass>> p;
+  // sequence_to_split first: it removes sequence values, which no later pass, kernel or gradient
+  // rule handles, and leaves the position constants dead for dce.
+  p.push_back(make_sequence_to_split_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the
   // pipeline) must never build gradients for work whose result nobody reads.
   p.push_back(make_dce_pass());

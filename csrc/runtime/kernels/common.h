@@ -35,4 +35,10 @@ inline at::Tensor on_device_of(const at::Tensor& t, const at::Tensor& like) {
   return t.to(like.device());
 }
 
+// Devices where eager PyTorch's dropout is the fused native_dropout kernel (ATen's Dropout.cpp);
+// Dropout and DropoutGrad follow the same split so that seeded runs match eager.
+inline bool fused_dropout_device(const at::Tensor& x) {
+  return x.is_cuda() || x.is_xpu() || x.is_lazy() || x.is_privateuseone();
+}
+
 }  // namespace torch_ort::kernels

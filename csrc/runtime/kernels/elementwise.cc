@@ -6,6 +6,7 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/gt.h>
@@ -23,6 +24,8 @@
 #include <ATen/ops/sub.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/kernels/common.h"
@@ -94,17 +97,29 @@ void dropout_kernel(KernelCtx& c) {
   // ratio is an input since opset 12 (an attribute before); training_mode defaults to false.
   const double p = c.input_scalar(1, c.attrs.get_float("ratio", 0.5f));
   const bool training = c.has_input(2) && c.input(2).item<bool>();
-  if (p < 0.0 || p >= 1.0) c.fail("ratio must be in [0, 1), got " + std::to_string(p));
+  if (p < 0.0 || p > 1.0) c.fail("ratio must be in [0, 1], got " + std::to_string(p));
   if (!training || p == 0.0) {
     c.set_output(0, x);
     if (c.output_wanted(1)) c.set_output(1, at::ones_like(x, x.options().dtype(at::kBool)));
     return;
   }
-  // native_dropout draws bernoulli(1-p) from the torch generator exactly like
-  // torch.nn.functional.dropout does, so a seeded run matches eager PyTorch.
-  auto [out, mask] = at::native_dropout(x, p, true);
-  c.set_output(0, std::move(out));
-  c.set_output(1, std::move(mask));
+  // Draw exactly what eager F.dropout draws from the torch generator, so a seeded run matches:
+  // at::dropout is native_dropout on the devices below (with 0 < p < 1), and elsewhere (CPU)
+  // x * (bernoulli(1 - p) / (1 - p)): the same draws, scaled in the input's dtype.
+  if (fused_dropout_device(x) && p < 1.0) {
+    auto [out, mask] = at::native_dropout(x, p, true);
+    c.set_output(0, std::move(out));
+    return c.set_output(1, std::move(mask));
+  }
+  if (p == 1.0) {  // eager: x * 0 (nothing kept)
+    c.set_output(0, at::mul(x, at::zeros({}, x.options())));
+    return c.set_output(1, at::zeros_like(x, x.options().dtype(at::kBool)));
+  }
+  at::Tensor noise = at::empty_like(x);
+  noise.bernoulli_(1.0 - p);
+  c.set_output(1, noise.to(at::kBool));
+  noise.div_(1.0 - p);
+  c.set_output(0, at::mul(x, noise));
 }
 
 }  // namespace

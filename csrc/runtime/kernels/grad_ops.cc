@@ -7,10 +7,12 @@
 #include <ATen/ops/_log_softmax_backward_data.h>
 #include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/native_dropout_backward.h>
 #include <ATen/ops/sigmoid_backward.h>
 #include <ATen/ops/tanh_backward.h>
 #include <ATen/ops/threshold_backward.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "csrc/runtime/kernels/common.h"
 
@@ -41,12 +43,19 @@ void log_softmax_grad_kernel(KernelCtx& c) {
 
 // (dY, mask, [ratio], [training_mode]) -> dX = dY * mask / (1 - ratio); the forward's own
 // ratio/training_mode inputs, so that an inference-mode Dropout passes dY straight through.
+// Computed as eager autograd does on each device (see the Dropout kernel): native_dropout's
+// backward where the forward was native_dropout, else dY * (mask / (1 - p)) in dY's dtype.
+// Never draws a new mask.
 void dropout_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const double p = c.input_scalar(2, 0.5);
   const bool training = c.has_input(3) && c.input(3).item<bool>();
   if (!training || p == 0.0) return c.set_output(0, dy);
-  c.set_output(0, at::native_dropout_backward(dy, c.input(1), 1.0 / (1.0 - p)));
+  const at::Tensor& mask = c.input(1);
+  if (fused_dropout_device(dy) && p < 1.0)
+    return c.set_output(0, at::native_dropout_backward(dy, mask, 1.0 / (1.0 - p)));
+  if (p == 1.0) return c.set_output(0, at::zeros_like(dy));
+  c.set_output(0, at::mul(dy, mask.to(dy.scalar_type()).div_(1.0 - p)));
 }
 
 // Reduces a broadcast gradient back to an operand's shape (inverse of numpy broadcasting).

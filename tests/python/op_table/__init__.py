@@ -112,3 +112,20 @@ def _collect():
 
 
 ALL_CASES = _collect()
+
+
+def expect_named_error(model: bytes, feeds, match: str):
+    """Bad-input tests: the model's outputs are declared without shapes (what is under test is the
+    bad input, not a wrong declaration); the error may come from shape inference at build time
+    (VerifyError) or from the kernel at run time (KernelError) — either way it must match."""
+    import onnx
+    import pytest
+
+    from torch_ort import _C
+
+    proto = onnx.load_from_string(model)
+    for out in proto.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    with pytest.raises((_C.VerifyError, _C.KernelError), match=match):
+        engine = _C.Engine(proto.SerializeToString(), False, [False] * len(feeds))
+        engine.forward(feeds)

@@ -1,0 +1,26 @@
+// com.torch_ort::ATenOp, seen from the torch-free core: a node naming an ATen operator (attributes
+// aten_op, arg_kinds, arg<i>; see torch_ort/ortmodule/translations/aten_fallback.py)
+// whose backward is PyTorch autograd, run by the ATenOpGrad kernel.
+//
+// For training, the forward node gains outputs that carry autograd's state into the saved set:
+//   outputs [0, n)          the op's results (detached: what the rest of the graph reads)
+//   outputs [n, 2n)         the same results with their autograd history (grad_fn)
+//   outputs [2n, 2n + m)    per node input (m inputs): the leaf tensor autograd differentiates
+//                           against (kNoValue for inputs that can never require grad)
+// n is recorded as the attribute num_results. The kernel runs the op with grad mode on only when
+// some leaf output is read, i.e. when the gradient rule asked for a gradient.
+#pragma once
+
+#include "csrc/core/ir/graph.h"
+
+namespace torch_ort {
+
+inline constexpr const char* kAtenOp = "ATenOp";
+inline constexpr const char* kAtenOpGrad = "ATenOpGrad";
+
+inline bool is_aten_op(const Node& n) { return n.domain == kOurDomain && n.op_type == kAtenOp; }
+
+// Adds the autograd outputs described above to `n` (once; a no-op when num_results is set).
+void request_aten_autograd_outputs(Graph& g, Node& n);
+
+}  // namespace torch_ort

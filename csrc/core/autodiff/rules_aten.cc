@@ -1,0 +1,64 @@
+// Gradient of com.torch_ort::ATenOp: one ATenOpGrad node that hands the forward's autograd
+// state to torch.autograd.grad (see aten_op.h for the outputs it reads).
+#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+
+namespace torch_ort {
+
+void request_aten_autograd_outputs(Graph& g, Node& n) {
+  if (n.attrs.has("num_results")) return;
+  const int64_t num_results = static_cast<int64_t>(n.outputs.size());
+  n.attrs.set("num_results", num_results);
+  for (int64_t k = 0; k < num_results; ++k) {
+    const ValueId y = n.outputs[k];
+    if (y == kNoValue)
+      throw GradientError(n.describe() + ": output " + std::to_string(k) + " is omitted; ATenOp "
+                          "results must all be present");
+    const Value info = g.value(y);  // a copy: new_value may grow the value table
+    n.outputs.push_back(g.new_value(info.name + "/autograd", info.dtype, info.shape));
+  }
+  for (ValueId x : n.inputs) {
+    if (x == kNoValue || !is_floating(g.value(x).dtype)) {
+      n.outputs.push_back(kNoValue);  // never requires grad: no leaf
+      continue;
+    }
+    const Value info = g.value(x);
+    n.outputs.push_back(g.new_value(info.name + "/leaf", info.dtype, info.shape));
+  }
+}
+
+namespace {
+
+// dX_i = torch.autograd.grad(Y_attached, X_leaf_i, dY): PyTorch's own derivative of the op.
+// ATenOpGrad(dY_0..dY_{n-1}, Y_attached_0..Y_attached_{n-1}, X_leaf for each needed input)
+//   -> one gradient per needed input, in input order. Where no dY_k flows, dY_k and Y_k are
+//   omitted inputs.
+void aten_op_grad(GradCtx& g) {
+  const int64_t n = g.attrs().get_int("num_results", -1);
+  if (n < 0)
+    throw GradientError(g.node().describe() + ": its autograd outputs were never requested");
+  std::vector<ValueId> ins;
+  for (int64_t k = 0; k < n; ++k) ins.push_back(g.grad_out(static_cast<int>(k)));
+  for (int64_t k = 0; k < n; ++k)  // a result no gradient reaches is not kept for backward
+    ins.push_back(g.has_grad_out(static_cast<int>(k)) ? g.out(static_cast<int>(n + k)) : kNoValue);
+  std::vector<int> wrt;
+  std::vector<ValueId> likes;
+  for (int i = 0; i < static_cast<int>(g.node().inputs.size()); ++i) {
+    if (!g.needs(i)) continue;
+    ins.push_back(g.out(static_cast<int>(2 * n) + i));
+    wrt.push_back(i);
+    likes.push_back(g.in(i));
+  }
+  Attributes a;
+  a.set("aten_op", g.attrs().get_string("aten_op", ""));  // for error messages
+  a.set("num_results", n);
+  const std::vector<ValueId> grads = g.ours_multi(kAtenOpGrad, std::move(ins), likes, std::move(a));
+  for (size_t j = 0; j < wrt.size(); ++j) g.set_grad(wrt[j], grads[j]);
+}
+
+}  // namespace
+
+REGISTER_GRADIENT_IN(kOurDomain, kAtenOp, aten_op_grad, {});
+
+}  // namespace torch_ort

@@ -1,0 +1,233 @@
+// com.torch_ort::ATenOp and ATenOpGrad: an ATen operator called through the dispatcher by name,
+// with PyTorch autograd as its backward. The attribute encoding is written down in
+// torch_ort/ortmodule/translations/aten_fallback.py; the extra training outputs in
+// csrc/core/autodiff/aten_op.h.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/stack.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/runtime/dtype.h"
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+std::string op_name(const KernelCtx& c) { return c.attrs.get_string("aten_op", "?"); }
+
+// "aten::cumsum.default" -> the dispatcher's operator handle ("default" is the empty overload).
+c10::OperatorHandle find_op(const KernelCtx& c) {
+  const std::string full = op_name(c);
+  const size_t ns = full.find("::");
+  const size_t dot = full.find('.', ns == std::string::npos ? 0 : ns);
+  if (ns == std::string::npos || dot == std::string::npos)
+    c.fail("attribute aten_op must read 'namespace::name.overload', got '" + full + "'");
+  const std::string name = full.substr(0, dot), overload = full.substr(dot + 1);
+  auto op = c10::Dispatcher::singleton().findSchema({name, overload == "default" ? "" : overload});
+  if (!op) c.fail("no ATen operator " + full + " in this PyTorch build");
+  return *op;
+}
+
+// The schema type with Optional[...] peeled off: what a present value must be.
+c10::TypePtr base_type(const c10::Argument& arg) {
+  c10::TypePtr t = arg.type();
+  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType();
+  return t;
+}
+
+c10::Layout parse_layout(const KernelCtx& c, const std::string& s) {
+  if (s == "strided") return c10::kStrided;
+  if (s == "sparse_coo") return c10::kSparse;
+  c.fail(op_name(c) + ": unsupported layout '" + s + "'");
+}
+
+c10::MemoryFormat parse_memory_format(const KernelCtx& c, const std::string& s) {
+  if (s == "contiguous_format") return c10::MemoryFormat::Contiguous;
+  if (s == "preserve_format") return c10::MemoryFormat::Preserve;
+  if (s == "channels_last") return c10::MemoryFormat::ChannelsLast;
+  if (s == "channels_last_3d") return c10::MemoryFormat::ChannelsLast3d;
+  c.fail(op_name(c) + ": unsupported memory format '" + s + "'");
+}
+
+// A Python number as the schema wants it: int, float, bool, Scalar (NumberType keeps its kind),
+// or a wrapped-number tensor where a Tensor is expected (it promotes like a Python scalar).
+c10::IValue number_as(const c10::TypePtr& type, const c10::Scalar& v) {
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType: {
+      at::Tensor t = c10::scalar_to_tensor(v);
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return t;
+    }
+    case c10::TypeKind::FloatType: return v.toDouble();
+    case c10::TypeKind::BoolType: return v.toBool();
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType: return v.toLong();
+    default: return c10::IValue(v);
+  }
+}
+
+// Builds the dispatcher stack from inputs and attributes. `tensors[i]` replaces node input i
+// (the leaf autograd differentiates against) where defined.
+class StackBuilder {
+ public:
+  StackBuilder(const KernelCtx& c, const std::vector<at::Tensor>& tensors) : c_(c), tensors_(tensors) {}
+
+  torch::jit::Stack build(const c10::FunctionSchema& schema) {
+    const std::vector<std::string> kinds = c_.attrs.get_strings("arg_kinds", {});
+    if (kinds.size() != schema.arguments().size())
+      c_.fail(op_name(c_) + ": " + std::to_string(kinds.size()) + " encoded arguments, but the schema " +
+              "has " + std::to_string(schema.arguments().size()) + " (" + toString(schema) + ")");
+    torch::jit::Stack stack;
+    for (size_t i = 0; i < kinds.size(); ++i) stack.push_back(arg(schema.arguments()[i], i, kinds[i]));
+    return stack;
+  }
+
+ private:
+  const at::Tensor& tensor(int64_t index) const {
+    if (index >= 0 && index < static_cast<int64_t>(tensors_.size()) && tensors_[index].defined())
+      return tensors_[index];
+    return c_.input(static_cast<int>(index));
+  }
+  c10::Scalar item(int64_t index) const { return tensor(index).item(); }
+
+  c10::IValue arg(const c10::Argument& a, size_t i, const std::string& kind) const {
+    const std::string name = "arg" + std::to_string(i);
+    const c10::TypePtr type = base_type(a);
+    if (kind == "default") {
+      if (!a.default_value()) c_.fail(op_name(c_) + ": argument '" + a.name() + "' has no default");
+      return *a.default_value();
+    }
+    if (kind == "none") return c10::IValue();
+    if (kind == "tensor") return tensor(c_.attrs.get_int(name, -1));
+    if (kind == "tensors") {
+      const std::vector<int64_t> idx = c_.attrs.get_ints(name, {});
+      const auto list = type->cast<c10::ListType>();
+      if (list && list->getElementType()->cast<c10::OptionalType>()) {
+        c10::List<std::optional<at::Tensor>> out;
+        for (int64_t k : idx) out.push_back(k < 0 ? std::nullopt : std::optional<at::Tensor>(tensor(k)));
+        return out;
+      }
+      c10::List<at::Tensor> out;
+      for (int64_t k : idx) out.push_back(tensor(k));
+      return out;
+    }
+    if (kind == "int") return number_as(type, c10::Scalar(c_.attrs.get_int(name, 0)));
+    if (kind == "bool") return number_as(type, c10::Scalar(c_.attrs.get_int(name, 0) != 0));
+    if (kind == "item") return number_as(type, item(c_.attrs.get_int(name, -1)));
+    if (kind == "float" || kind == "floats") {
+      const TensorData* t = c_.attrs.get_tensor(name);
+      if (!t) c_.fail(op_name(c_) + ": argument '" + a.name() + "' has no value attribute " + name);
+      const std::vector<double> v = t->as_doubles();
+      if (kind == "floats") return v;
+      return number_as(type, c10::Scalar(v.at(0)));
+    }
+    if (kind == "ints") {
+      std::vector<int64_t> v = c_.attrs.get_ints(name, {});
+      const std::vector<int64_t> from = c_.attrs.get_ints(name + "_inputs", {});
+      for (size_t k = 0; k < from.size() && k < v.size(); ++k)
+        if (from[k] >= 0) v[k] = item(from[k]).toLong();  // a size traced from a shape
+      return v;
+    }
+    if (kind == "bools") {
+      c10::List<bool> out;
+      for (int64_t b : c_.attrs.get_ints(name, {})) out.push_back(b != 0);
+      return out;
+    }
+    if (kind == "str") return c_.attrs.get_string(name, "");
+    if (kind == "dtype") {
+      const auto d = static_cast<DType>(c_.attrs.get_int(name, 0));
+      return static_cast<int64_t>(to_aten(d, op_name(c_) + " argument '" + a.name() + "'"));
+    }
+    if (kind == "layout") return static_cast<int64_t>(parse_layout(c_, c_.attrs.get_string(name, "")));
+    if (kind == "memory_format")
+      return static_cast<int64_t>(parse_memory_format(c_, c_.attrs.get_string(name, "")));
+    if (kind == "device") {  // exported as "cuda:0": the run's own index where the type matches
+      const c10::Device d(c_.attrs.get_string(name, "cpu"));
+      return d.type() == c_.device.type() ? c_.device : d;
+    }
+    c_.fail(op_name(c_) + ": argument '" + a.name() + "' has unknown kind '" + kind + "'");
+  }
+
+  const KernelCtx& c_;
+  const std::vector<at::Tensor>& tensors_;
+};
+
+// Runs the op. Results are node outputs [0, n); when a gradient was asked for (some leaf output
+// [2n, 2n + inputs) is read), the op runs with grad mode on against fresh leaves, and the results
+// with their autograd history become outputs [n, 2n) for ATenOpGrad. The graph's own copies are
+// detached, so nothing downstream (nor the autograd bridge) ever touches that history.
+void aten_op_kernel(KernelCtx& c) {
+  const c10::OperatorHandle op = find_op(c);
+  const int n = static_cast<int>(c.attrs.get_int("num_results", c.num_outputs()));
+  std::vector<at::Tensor> leaves(c.num_inputs());
+  bool record = false;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    if (!c.output_wanted(2 * n + i)) continue;
+    leaves[i] = c.input(i).detach().requires_grad_(true);
+    record = true;
+  }
+  torch::jit::Stack stack = StackBuilder(c, leaves).build(op.schema());
+  {
+    at::AutoGradMode grad_mode(record);  // the engine runs forward under no_grad
+    op.callBoxed(&stack);
+  }
+  std::vector<at::Tensor> results;
+  for (const c10::IValue& v : stack) {
+    if (v.isTensor()) results.push_back(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) results.push_back(t);
+    else c.fail(op_name(c) + " returned a " + v.tagKind() + ", not a tensor");
+  }
+  for (const at::Tensor& t : results)
+    if (t.defined() && t.is_complex())  // the exporter types complex results as real pairs
+      c.fail(op_name(c) + " returned a complex tensor; complex values are not supported");
+  if (static_cast<int>(results.size()) != n)
+    c.fail(op_name(c) + " returned " + std::to_string(results.size()) + " tensors; the node has " +
+           std::to_string(n) + " results");
+  for (int k = 0; k < n; ++k) {
+    if (!record) {
+      c.set_output(k, results[k]);
+      continue;
+    }
+    c.set_output(k, results[k].detach());
+    c.set_output(n + k, results[k]);
+  }
+  for (int i = 0; i < c.num_inputs(); ++i)
+    if (leaves[i].defined()) c.set_output(2 * n + i, leaves[i]);
+}
+
+// ATenOpGrad(dY_0..dY_{n-1}, Y_0..Y_{n-1} with history, leaves...) -> d leaf, in order.
+// A result nobody differentiates (no dY, or not requiring grad: indices) is left out; a leaf
+// autograd does not reach gets zeros, as our gradient contract says.
+void aten_op_grad_kernel(KernelCtx& c) {
+  const int n = static_cast<int>(c.attrs.get_int("num_results", -1));
+  if (n < 0 || c.num_inputs() < 2 * n) c.fail("bad num_results " + std::to_string(n));
+  std::vector<at::Tensor> ys, dys, leaves;
+  for (int k = 0; k < n; ++k) {
+    if (!c.has_input(k) || !c.has_input(n + k)) continue;
+    const at::Tensor& y = c.input(n + k);
+    if (!y.requires_grad()) continue;
+    ys.push_back(y);
+    dys.push_back(c.input(k));
+  }
+  for (int j = 2 * n; j < c.num_inputs(); ++j) leaves.push_back(c.input(j));
+  std::vector<at::Tensor> grads(leaves.size());
+  if (!ys.empty())
+    grads = torch::autograd::grad(ys, leaves, dys, /*retain_graph=*/false, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+  for (size_t j = 0; j < leaves.size(); ++j)
+    c.set_output(static_cast<int>(j), grads[j].defined() ? grads[j] : at::zeros_like(leaves[j]));
+}
+
+}  // namespace
+
+REGISTER_KERNEL_IN(kOurDomain, kAtenOp, aten_op_kernel);
+REGISTER_KERNEL_IN(kOurDomain, kAtenOpGrad, aten_op_grad_kernel);
+
+}  // namespace torch_ort::kernels

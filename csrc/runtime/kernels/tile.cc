@@ -1,0 +1,85 @@
+// Kernels that repeat, mask or generate whole tensors: Tile and its gradient op, Trilu, Range.
+#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/repeat.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/tril.h>
+#include <ATen/ops/triu.h>
+#include <ATen/ops/zeros.h>
+
+#include "csrc/runtime/kernels/common.h"
+
+namespace torch_ort::kernels {
+namespace {
+
+void tile_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  const std::vector<int64_t> repeats = c.input_ints(1);
+  if (static_cast<int64_t>(repeats.size()) != x.dim())
+    c.fail("repeats " + c10::str(c10::IntArrayRef(repeats)) + " must have one entry per dim of the input " +
+           c10::str(x.sizes()));
+  for (int64_t r : repeats)
+    if (r < 0) c.fail("repeats " + c10::str(c10::IntArrayRef(repeats)) + " must be non-negative");
+  c.set_output(0, x.repeat(repeats));
+}
+
+// (dY, shape(X)) -> dY viewed as (r_0, x_0, r_1, x_1, ...) summed over the r_k: tile t of dim d
+// covers output rows [t·x_d, (t+1)·x_d), so the repeat index is the outer one.
+void tile_grad_kernel(KernelCtx& c) {
+  const at::Tensor& dy = c.input(0);
+  const std::vector<int64_t> shape = c.input_ints(1);
+  if (static_cast<int64_t>(shape.size()) != dy.dim())
+    c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not fit input shape " +
+           c10::str(c10::IntArrayRef(shape)));
+  std::vector<int64_t> split, reduce;
+  for (int64_t d = 0; d < dy.dim(); ++d) {
+    if (shape[d] == 0 || dy.size(d) % shape[d] != 0) {
+      if (shape[d] == 0) return c.set_output(0, at::zeros(shape, dy.options()));
+      c.fail("gradient dim " + std::to_string(d) + " (" + std::to_string(dy.size(d)) +
+             ") is no multiple of the input's (" + std::to_string(shape[d]) + ")");
+    }
+    split.push_back(dy.size(d) / shape[d]);
+    split.push_back(shape[d]);
+    reduce.push_back(2 * d);
+  }
+  if (reduce.empty()) return c.set_output(0, dy);  // a scalar tiles to itself
+  c.set_output(0, at::sum(dy.reshape(split), reduce));
+}
+
+// Trilu(X, k?): keep the upper (upper=1, default) or lower triangle of the last two dims,
+// shifted by diagonal k.
+void trilu_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  if (x.dim() < 2) c.fail("input of rank " + std::to_string(x.dim()) + " (needs at least 2)");
+  const int64_t k = c.has_input(1) ? static_cast<int64_t>(c.input_scalar(1, 0)) : 0;
+  c.set_output(0, c.attrs.get_int("upper", 1) ? at::triu(x, k) : at::tril(x, k));
+}
+
+// Range(start, limit, delta): ceil((limit - start) / delta) values, in the inputs' dtype. The
+// inputs are scalars, usually derived from shapes (CPU); the output stays where they live.
+void range_kernel(KernelCtx& c) {
+  const at::Tensor& start = c.input(0);
+  for (int i = 0; i < 3; ++i)
+    if (c.input(i).numel() != 1)
+      c.fail("input " + std::to_string(i) + " must be a scalar, got shape " + c10::str(c.input(i).sizes()));
+  const at::TensorOptions opts = start.options();
+  const double s = start.item<double>(), l = c.input(1).item<double>(), d = c.input(2).item<double>();
+  if (d == 0) c.fail("delta must be non-zero");
+  // ONNX yields max(count, 0) values where torch.arange would reject a limit on the wrong side.
+  if ((d > 0 && l <= s) || (d < 0 && l >= s)) return c.set_output(0, at::empty({0}, opts));
+  if (at::isIntegralType(start.scalar_type(), /*includeBool=*/false))
+    return c.set_output(
+        0, at::arange(start.item<int64_t>(), c.input(1).item<int64_t>(), c.input(2).item<int64_t>(), opts));
+  c.set_output(0, at::arange(s, l, d, opts));
+}
+
+}  // namespace
+
+REGISTER_KERNEL("Tile", tile_kernel);
+REGISTER_KERNEL("Trilu", trilu_kernel);
+REGISTER_KERNEL("Range", range_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "TileGrad", tile_grad_kernel);
+
+}  // namespace torch_ort::kernels

@@ -1,0 +1,132 @@
+// Reference evaluator: comparisons and logic, variadic Max/Min and their gradient op, CastLike,
+// Trilu and Range, in double with numpy broadcasting.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+
+#include "tests/cpp/reference_eval.h"
+
+namespace torch_ort::ref {
+namespace {
+
+using Dims = std::vector<int64_t>;
+using Outs = std::vector<RefTensor>;
+
+[[noreturn]] void fail(const Node& n, const std::string& why) {
+  throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
+}
+Dims unravel(int64_t lin, const Dims& s) {
+  Dims idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }
+  return idx;
+}
+int64_t ravel(const Dims& idx, const Dims& s) {
+  int64_t lin = 0;
+  for (size_t d = 0; d < s.size(); ++d) lin = lin * s[d] + idx[d];
+  return lin;
+}
+
+// Right-aligned broadcasting of `in` inside `out` (the offset of out index `idx` in `in`).
+int64_t bcast_at(const Dims& idx, const Dims& in) {
+  Dims j(in.size());
+  for (size_t d = 0; d < in.size(); ++d) j[d] = in[d] == 1 ? 0 : idx[idx.size() - in.size() + d];
+  return ravel(j, in);
+}
+Dims bcast(const Node& n, const Ins& xs) {
+  Dims r;
+  for (auto* x : xs) {
+    Dims s(std::max(r.size(), x->shape.size()), 1);
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t a = i < r.size() ? r[r.size() - 1 - i] : 1, b = i < x->shape.size() ? x->shape[x->shape.size() - 1 - i] : 1;
+      if (a != b && a != 1 && b != 1) fail(n, "shapes do not broadcast");
+      s[s.size() - 1 - i] = a == 1 ? b : a;
+    }
+    r = s;
+  }
+  return r;
+}
+RefTensor nary(const Node& n, const Ins& xs, DType dt, const std::function<double(const std::vector<double>&)>& f) {
+  RefTensor r = RefTensor::zeros(dt, bcast(n, xs));
+  std::vector<double> v(xs.size());
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    Dims idx = unravel(i, r.shape);
+    for (size_t k = 0; k < xs.size(); ++k) v[k] = xs[k]->data[bcast_at(idx, xs[k]->shape)];
+    r.data[i] = f(v);
+  }
+  return r;
+}
+#define X(i) (*in.at(i))
+OpFn binary(DType dt, double (*f)(double, double)) {
+  return [dt, f](const Node& n, const Ins& in) -> Outs {
+    return {nary(n, {in.at(0), in.at(1)}, dt, [f](const std::vector<double>& v) { return f(v[0], v[1]); })};
+  };
+}
+
+
+const bool kRegistered = [] {
+  const auto reg = [](const char* op, OpFn f) { register_op("", op, std::move(f)); };
+  const auto ours = [](const char* op, OpFn f) { register_op(kOurDomain, op, std::move(f)); };
+  reg("Trilu", [](const Node& n, const Ins& in) -> Outs {
+    const int64_t k = in.size() > 1 && in[1] ? int64_t(in[1]->data.at(0)) : 0, r = X(0).shape.size();
+    const bool upper = n.attrs.get_int("upper", 1) != 0;
+    RefTensor y = X(0);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      Dims idx = unravel(i, y.shape);
+      const int64_t off = idx[r - 1] - idx[r - 2];  // column - row
+      if (upper ? off < k : off > k) y.data[i] = 0;
+    }
+    return {y};
+  });
+  reg("Range", [](const Node&, const Ins& in) -> Outs {
+    const double s = X(0).data.at(0), l = X(1).data.at(0), d = X(2).data.at(0);
+    RefTensor r{X(0).dtype, {0}, {}};
+    for (int64_t i = 0, n = std::max<int64_t>(int64_t(std::ceil((l - s) / d)), 0); i < n; ++i) r.data.push_back(s + i * d);
+    r.shape[0] = int64_t(r.data.size());
+    return {r};
+  });
+  reg("CastLike", [](const Node&, const Ins& in) -> Outs {
+    RefTensor r = X(0);
+    r.dtype = X(1).dtype;
+    if (r.dtype == DType::kBool) for (auto& v : r.data) v = v != 0;
+    else if (!is_floating(r.dtype)) for (auto& v : r.data) v = std::trunc(v);
+    return {r};
+  });
+  for (const bool is_max : {true, false})
+    reg(is_max ? "Max" : "Min", [is_max](const Node& n, const Ins& in) -> Outs {
+      return {nary(n, in, X(0).dtype, [is_max](const std::vector<double>& v) {
+        return is_max ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end()); })};
+    });
+  ours("MinMaxGrad", [](const Node& n, const Ins& in) -> Outs {  // (dY, Y, X_0, ...) -> dX_i
+    const RefTensor &dy = X(0), &y = X(1);
+    Outs r;
+    for (size_t i = 2; i < in.size(); ++i) r.push_back(RefTensor::zeros(dy.dtype, X(i).shape));
+    for (int64_t j = 0; j < y.numel(); ++j) {
+      const Dims idx = unravel(j, y.shape);
+      int64_t ties = 0;
+      for (size_t i = 2; i < in.size(); ++i) ties += X(i).data[bcast_at(idx, X(i).shape)] == y.data[j];
+      if (ties == 0) fail(n, "Y is none of the inputs");
+      for (size_t i = 2; i < in.size(); ++i)
+        if (X(i).data[bcast_at(idx, X(i).shape)] == y.data[j]) r[i - 2].data[bcast_at(idx, X(i).shape)] += dy.data[j] / ties;
+    }
+    return r;
+  });
+  reg("GreaterOrEqual", binary(DType::kBool, [](double a, double b) { return double(a >= b); }));
+  reg("LessOrEqual", binary(DType::kBool, [](double a, double b) { return double(a <= b); }));
+  reg("And", binary(DType::kBool, [](double a, double b) { return double(a != 0 && b != 0); }));
+  reg("Or", binary(DType::kBool, [](double a, double b) { return double(a != 0 || b != 0); }));
+  reg("Xor", binary(DType::kBool, [](double a, double b) { return double((a != 0) != (b != 0)); }));
+  reg("IsNaN", [](const Node& n, const Ins& in) -> Outs {
+    return {nary(n, {in.at(0)}, DType::kBool, [](const std::vector<double>& v) { return double(std::isnan(v[0])); })};
+  });
+  reg("IsInf", [](const Node& n, const Ins& in) -> Outs {
+    const bool pos = n.attrs.get_int("detect_positive", 1), neg = n.attrs.get_int("detect_negative", 1);
+    return {nary(n, {in.at(0)}, DType::kBool, [=](const std::vector<double>& v) {
+      return double(std::isinf(v[0]) && (v[0] > 0 ? pos : neg)); })};
+  });
+  return true;
+}();
+#undef X
+
+}  // namespace
+}  // namespace torch_ort::ref

@@ -1,0 +1,241 @@
+// Reference evaluator, indexing family: index-by-index loops in double for Gather*, Slice, Split,
+// Concat's gradient and Tile (comparisons, Max/Min, Trilu, Range: reference_eval_compare.cc).
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <stdexcept>
+
+#include "tests/cpp/reference_eval.h"
+
+namespace torch_ort::ref {
+namespace {
+
+using Dims = std::vector<int64_t>;
+using Outs = std::vector<RefTensor>;
+
+[[noreturn]] void fail(const Node& n, const std::string& why) {
+  throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
+}
+int64_t prod(const Dims& s, size_t b = 0, size_t e = SIZE_MAX) {
+  e = std::min(e, s.size());
+  return std::accumulate(s.begin() + std::min(b, e), s.begin() + e, int64_t{1}, std::multiplies<>());
+}
+Dims unravel(int64_t lin, const Dims& s) {
+  Dims idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }
+  return idx;
+}
+int64_t ravel(const Dims& idx, const Dims& s) {
+  int64_t lin = 0;
+  for (size_t d = 0; d < s.size(); ++d) lin = lin * s[d] + idx[d];
+  return lin;
+}
+Dims ints(const RefTensor& t) { return Dims(t.data.begin(), t.data.end()); }
+int64_t axis_of(const Node& n, int64_t a, size_t rank) {
+  const int64_t r = int64_t(rank);
+  if (a < -r || a >= r) fail(n, "axis " + std::to_string(a) + " out of range");
+  return a < 0 ? a + r : a;
+}
+int64_t wrap(const Node& n, double v, int64_t dim) {
+  int64_t i = int64_t(v) < 0 ? int64_t(v) + dim : int64_t(v);
+  if (i < 0 || i >= dim) fail(n, "index " + std::to_string(int64_t(v)) + " out of range for " + std::to_string(dim));
+  return i;
+}
+
+// Elements picked per axis (a cartesian product): out[i, j, ...] = x[pick[0][i], pick[1][j], ...].
+// `scatter` runs it backwards: x (zeros of `shape`) += dy at the picked places.
+RefTensor select(const RefTensor& x, const std::vector<Dims>& pick) {
+  Dims s;
+  for (const Dims& p : pick) s.push_back(int64_t(p.size()));
+  RefTensor r = RefTensor::zeros(x.dtype, s);
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    Dims idx = unravel(i, s);
+    for (size_t d = 0; d < idx.size(); ++d) idx[d] = pick[d][idx[d]];
+    r.data[i] = x.data[ravel(idx, x.shape)];
+  }
+  return r;
+}
+RefTensor scatter(const RefTensor& dy, const Dims& shape, const std::vector<Dims>& pick) {
+  RefTensor r = RefTensor::zeros(dy.dtype, shape);
+  for (int64_t i = 0; i < dy.numel(); ++i) {
+    Dims idx = unravel(i, dy.shape);
+    for (size_t d = 0; d < idx.size(); ++d) idx[d] = pick[d][idx[d]];
+    r.data[ravel(idx, shape)] += dy.data[i];
+  }
+  return r;
+}
+std::vector<Dims> all_of(const Dims& shape) {
+  std::vector<Dims> pick;
+  for (int64_t s : shape) { pick.emplace_back(s); std::iota(pick.back().begin(), pick.back().end(), 0); }
+  return pick;
+}
+
+// Slice as Python slicing: (data or shape, starts, ends, axes?, steps?) at inputs [first, first+4).
+std::vector<Dims> slice_pick(const Node& n, const Dims& shape, const Ins& in, size_t first) {
+  auto opt = [&](size_t i) { return in.size() > i && in[i] ? ints(*in[i]) : Dims{}; };
+  Dims starts = opt(first), ends = opt(first + 1), axes = opt(first + 2), steps = opt(first + 3);
+  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  std::vector<Dims> pick = all_of(shape);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = axis_of(n, axes.at(i), shape.size()), dim = shape[a], st = steps.at(i);
+    int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i], e = ends.at(i) < 0 ? ends[i] + dim : ends[i];
+    if (st > 0) b = std::clamp<int64_t>(b, 0, dim), e = std::clamp<int64_t>(e, 0, dim);
+    else b = std::min(std::max<int64_t>(b, 0), dim - 1), e = std::min(std::max<int64_t>(e, -1), dim - 1);
+    pick[a].clear();
+    for (int64_t j = b; st > 0 ? j < e : j > e; j += st) pick[a].push_back(j);
+  }
+  return pick;
+}
+
+// Split sizes: the split input, else num_outputs / the output count (ceil chunks, smaller last).
+Dims split_sizes(const Node& n, int64_t dim, const RefTensor* split, int64_t n_out) {
+  if (split) return ints(*split);
+  const int64_t k = n.attrs.get_int("num_outputs", n_out), chunk = (dim + k - 1) / k;
+  Dims s(k, chunk);
+  s.back() = dim - chunk * (k - 1);
+  return s;
+}
+std::vector<Dims> chunk_pick(const Dims& shape, int64_t axis, const Dims& sizes, size_t k) {
+  std::vector<Dims> pick = all_of(shape);
+  const int64_t off = std::accumulate(sizes.begin(), sizes.begin() + k, int64_t{0});
+  pick[axis].resize(sizes[k]);
+  std::iota(pick[axis].begin(), pick[axis].end(), off);
+  return pick;
+}
+
+#define X(i) (*in.at(i))
+
+// GatherND visits (batch..., m...) positions p of indices; each addresses a contiguous run of
+// `inner` data elements at `offset(p)`.
+void gather_nd_walk(const Node& n, const Dims& data, const RefTensor& idx,
+                    const std::function<void(int64_t out, int64_t in, int64_t inner)>& f) {
+  const int64_t b = n.attrs.get_int("batch_dims", 0), k = idx.shape.back();
+  const Dims lead(idx.shape.begin(), idx.shape.end() - 1);
+  const int64_t inner = prod(data, b + k);
+  for (int64_t p = 0; p < prod(lead); ++p) {
+    Dims at = unravel(p, lead), full(data.size(), 0);
+    for (int64_t d = 0; d < b; ++d) full[d] = at[d];
+    for (int64_t j = 0; j < k; ++j) full[b + j] = wrap(n, idx.data[p * k + j], data[b + j]);
+    f(p * inner, ravel(full, data), inner);
+  }
+}
+// Gather / GatherElements: (out index, data index) pairs.
+void gather_walk(const Node& n, const Dims& data, const RefTensor& idx, bool elements,
+                 const std::function<void(int64_t, int64_t)>& f) {
+  const int64_t axis = axis_of(n, n.attrs.get_int("axis", 0), data.size());
+  Dims out = elements ? idx.shape : Dims(data.begin(), data.begin() + axis);
+  if (!elements) {
+    out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+    out.insert(out.end(), data.begin() + axis + 1, data.end());
+  }
+  for (int64_t i = 0; i < prod(out); ++i) {
+    Dims o = unravel(i, out), d;
+    if (elements) {
+      d = o;
+      d[axis] = wrap(n, idx.data[i], data[axis]);
+    } else {
+      const size_t q = idx.shape.size();
+      d.assign(o.begin(), o.begin() + axis);
+      d.push_back(wrap(n, idx.data[ravel(Dims(o.begin() + axis, o.begin() + axis + q), idx.shape)], data[axis]));
+      d.insert(d.end(), o.begin() + axis + q, o.end());
+    }
+    f(i, ravel(d, data));
+  }
+}
+Outs gather_fwd(const Node& n, const Ins& in, bool elements) {
+  RefTensor r{X(0).dtype, {}, {}};
+  gather_walk(n, X(0).shape, X(1), elements, [&](int64_t, int64_t j) { r.data.push_back(X(0).data[j]); });
+  const int64_t axis = axis_of(n, n.attrs.get_int("axis", 0), X(0).shape.size());
+  if (elements) { r.shape = X(1).shape; return {r}; }
+  r.shape.assign(X(0).shape.begin(), X(0).shape.begin() + axis);
+  r.shape.insert(r.shape.end(), X(1).shape.begin(), X(1).shape.end());
+  r.shape.insert(r.shape.end(), X(0).shape.begin() + axis + 1, X(0).shape.end());
+  return {r};
+}
+Outs gather_bwd(const Node& n, const Ins& in, bool elements) {  // (dY, shape, indices)
+  RefTensor r = RefTensor::zeros(X(0).dtype, ints(X(1)));
+  gather_walk(n, r.shape, X(2), elements, [&](int64_t i, int64_t j) { r.data[j] += X(0).data[i]; });
+  return {r};
+}
+
+const bool kRegistered = [] {
+  const auto reg = [](const char* op, OpFn f) { register_op("", op, std::move(f)); };
+  const auto ours = [](const char* op, OpFn f) { register_op(kOurDomain, op, std::move(f)); };
+  reg("GatherElements", [](const Node& n, const Ins& in) { return gather_fwd(n, in, true); });
+  ours("GatherGrad", [](const Node& n, const Ins& in) { return gather_bwd(n, in, false); });
+  ours("GatherElementsGrad", [](const Node& n, const Ins& in) { return gather_bwd(n, in, true); });
+  reg("GatherND", [](const Node& n, const Ins& in) -> Outs {
+    const int64_t b = n.attrs.get_int("batch_dims", 0), k = X(1).shape.back();
+    Dims s(X(1).shape.begin(), X(1).shape.end() - 1);
+    s.insert(s.end(), X(0).shape.begin() + b + k, X(0).shape.end());
+    RefTensor r = RefTensor::zeros(X(0).dtype, s);
+    gather_nd_walk(n, X(0).shape, X(1), [&](int64_t o, int64_t i, int64_t len) {
+      std::copy_n(X(0).data.begin() + i, len, r.data.begin() + o); });
+    return {r};
+  });
+  ours("GatherNDGrad", [](const Node& n, const Ins& in) -> Outs {  // (dY, shape, indices)
+    RefTensor r = RefTensor::zeros(X(0).dtype, ints(X(1)));
+    gather_nd_walk(n, r.shape, X(2), [&](int64_t o, int64_t i, int64_t len) {
+      for (int64_t j = 0; j < len; ++j) r.data[i + j] += X(0).data[o + j]; });
+    return {r};
+  });
+  reg("Slice", [](const Node& n, const Ins& in) -> Outs { return {select(X(0), slice_pick(n, X(0).shape, in, 1))}; });
+  ours("SliceGrad", [](const Node& n, const Ins& in) -> Outs {
+    const Dims shape = ints(X(1));
+    return {scatter(X(0), shape, slice_pick(n, shape, in, 2))};
+  });
+  reg("Split", [](const Node& n, const Ins& in) -> Outs {
+    const int64_t axis = axis_of(n, n.attrs.get_int("axis", 0), X(0).shape.size());
+    const Dims sizes = split_sizes(n, X(0).shape[axis], in.size() > 1 ? in[1] : nullptr, n.outputs.size());
+    Outs r;
+    for (size_t k = 0; k < sizes.size(); ++k) r.push_back(select(X(0), chunk_pick(X(0).shape, axis, sizes, k)));
+    return r;
+  });
+  ours("SplitGrad", [](const Node& n, const Ins& in) -> Outs {  // (shape, split?, dY_0, ...)
+    const Dims shape = ints(X(0));
+    const int64_t axis = axis_of(n, n.attrs.get_int("axis", 0), shape.size());
+    const Dims sizes = split_sizes(n, shape[axis], in[1], int64_t(in.size()) - 2);
+    RefTensor r = RefTensor::zeros(DType::kDouble, shape);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      if (!in.at(2 + k)) continue;
+      RefTensor part = scatter(*in[2 + k], shape, chunk_pick(shape, axis, sizes, k));
+      r.dtype = part.dtype;
+      for (int64_t i = 0; i < r.numel(); ++i) r.data[i] += part.data[i];
+    }
+    return {r};
+  });
+  ours("ConcatGrad", [](const Node& n, const Ins& in) -> Outs {  // (dY, shape_0, ...) -> dX_i
+    const int64_t axis = axis_of(n, n.attrs.get_int("axis", 0), X(0).shape.size());
+    Dims sizes;
+    for (size_t i = 1; i < in.size(); ++i) sizes.push_back(ints(X(i)).at(axis));
+    Outs r;
+    for (size_t k = 0; k < sizes.size(); ++k) r.push_back(select(X(0), chunk_pick(X(0).shape, axis, sizes, k)));
+    return r;
+  });
+  reg("Tile", [](const Node&, const Ins& in) -> Outs {
+    Dims s = X(0).shape, rep = ints(X(1));
+    for (size_t d = 0; d < s.size(); ++d) s[d] *= rep.at(d);
+    RefTensor r = RefTensor::zeros(X(0).dtype, s);
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      Dims idx = unravel(i, s);
+      for (size_t d = 0; d < idx.size(); ++d) idx[d] %= X(0).shape[d];
+      r.data[i] = X(0).data[ravel(idx, X(0).shape)];
+    }
+    return {r};
+  });
+  ours("TileGrad", [](const Node&, const Ins& in) -> Outs {  // (dY, shape)
+    RefTensor r = RefTensor::zeros(X(0).dtype, ints(X(1)));
+    for (int64_t i = 0; i < X(0).numel(); ++i) {
+      Dims idx = unravel(i, X(0).shape);
+      for (size_t d = 0; d < idx.size(); ++d) idx[d] %= r.shape[d];
+      r.data[ravel(idx, r.shape)] += X(0).data[i];
+    }
+    return {r};
+  });
+  return true;
+}();
+#undef X
+
+}  // namespace
+}  // namespace torch_ort::ref

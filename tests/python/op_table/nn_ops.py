@@ -1,0 +1,112 @@
+"""Op cases of the NN family: LayerNormalization, Gelu, Erf, Dropout edge cases, our Embedding and
+CrossEntropyLoss (label smoothing), and the gradient ops their rules emit."""
+import torch
+import torch.nn.functional as F
+
+from op_table import OURS, Case, f, i64, labels, lp, pos
+
+aten = torch.ops.aten
+
+
+def ln_stats(x, w, b, axis=-1, eps=1e-5):  # (Y, Mean, InvStdDev) with keepdim statistics
+    return aten.native_layer_norm(x, list(x.shape[axis:]), w, b, eps)
+
+
+def ln_backward(which):  # native_layer_norm_backward's dX (0) or dScale (1), normalising the last dim
+    return lambda dy, x, w, m, r: aten.native_layer_norm_backward(
+        dy, x, list(x.shape[-1:]), m, r, w, None, [which == 0, which == 1, False])[which]
+
+
+def ce(reduction="mean", ignore_index=-100, ls=0.1):
+    """Our CrossEntropyLoss's attributes and F.cross_entropy as its reference."""
+    attrs = dict(reduction=reduction, ignore_index=ignore_index, label_smoothing=ls)
+    return attrs, lambda x, y, w=None: F.cross_entropy(x, y, weight=w, reduction=reduction,
+                                                      ignore_index=ignore_index, label_smoothing=ls)
+
+
+def ce_grad(reduction="mean", ignore_index=-100, ls=0.1):
+    """CrossEntropyLossGrad's reference: autograd of F.cross_entropy at scores = log_prob
+    (log_softmax(log_prob) == log_prob, so the op's log_prob input is the forward's)."""
+    attrs, loss = ce(reduction, ignore_index, ls)
+
+    def ref(dloss, log_prob, lab, w=None):
+        x = log_prob.clone().requires_grad_()
+        return torch.autograd.grad(loss(x, lab, w), x, dloss)[0]
+    return attrs, ref
+
+
+_x, _w = f(4, 6), f(6)
+_, _mean, _rstd = ln_stats(_x, _w, None)
+_pad_ids = torch.tensor([[1, 3, 1], [0, 9, 3]])
+
+CASES = [
+    # --- LayerNormalization: (X, Scale, [B]) -> (Y, [Mean], [InvStdDev])
+    Case("LayerNormalization", [f(2, 3, 5), f(5), f(5)], lambda x, w, b: F.layer_norm(x, (5,), w, b)),
+    Case("LayerNormalization", [f(2, 3, 4), f(3, 4), f(3, 4)], lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
+         attrs=dict(axis=1), id="LayerNormalization-axis1"),
+    Case("LayerNormalization", [f(4, 6), f(6)], lambda x, w: F.layer_norm(x, (6,), w), id="LayerNormalization-no-bias"),
+    Case("LayerNormalization", [f(3, 8), pos(8), f(8)], lambda x, w, b: F.layer_norm(x, (8,), w, b, eps=1e-3),
+         attrs=dict(epsilon=1e-3), id="LayerNormalization-eps"),
+    Case("LayerNormalization", [f(2, 5, dtype=torch.float64), f(5, dtype=torch.float64), f(5, dtype=torch.float64)],
+         lambda x, w, b: F.layer_norm(x, (5,), w, b), id="LayerNormalization-f64"),
+    Case("LayerNormalization", [f(2, 3, 6), f(6), f(6)], lambda x, w, b: ln_stats(x, w, b), n_out=3,
+         id="LayerNormalization-mean-invstd"),
+    Case("LayerNormalization", [f(3, 8, dtype=torch.float16), f(8, dtype=torch.float16), f(8, dtype=torch.float16)],
+         lambda x, w, b: (lambda y, m, r: (y, m.float(), r.float()))(*ln_stats(x, w, b)), n_out=3,
+         id="LayerNormalization-f16-stash-float"),
+    # --- Gelu (opset 20) and Erf
+    Case("Gelu", [f(3, 7)], F.gelu),
+    Case("Gelu", [f(3, 7)], lambda x: F.gelu(x, approximate="tanh"), attrs=dict(approximate="tanh"), id="Gelu-tanh"),
+    Case("Gelu", [f(4, dtype=torch.float64)], F.gelu, id="Gelu-f64"),
+    Case("Erf", [f(3, 4)], torch.erf),
+    # --- Dropout edge cases (seeded rows in core_ops.py; bit-exactness in test_nn_ops.py)
+    Case("Dropout", [f(4, 5), torch.tensor(1.0), torch.tensor(True)],
+         lambda x, r, t: (x * 0, torch.zeros(4, 5, dtype=torch.bool)), n_out=2, id="Dropout-p1"),
+    Case("Dropout", [f(30, 20, dtype=torch.float16), torch.tensor(0.2, dtype=torch.float64), torch.tensor(True)],
+         lambda x, r, t: (lambda y: (y, y != 0))(F.dropout(x, 0.2, training=True)), n_out=2, seed=3,
+         id="Dropout-f16-double-ratio"),
+    # --- ours: Embedding(weight, indices; padding_idx, scale_grad_by_freq)
+    Case("Embedding", [f(10, 4), _pad_ids], lambda w, i: F.embedding(i, w, padding_idx=1),
+         attrs=dict(padding_idx=1), domain=OURS),
+    Case("Embedding", [f(10, 4), torch.tensor([4, 4, 7, 0], dtype=torch.int32)], lambda w, i: F.embedding(i, w),
+         domain=OURS, id="Embedding-int32-repeats"),
+    Case("Embedding", [f(10, 3), _pad_ids], lambda w, i: F.embedding(i, w, padding_idx=3, scale_grad_by_freq=True),
+         attrs=dict(padding_idx=3, scale_grad_by_freq=1), domain=OURS, id="Embedding-scale-grad-by-freq"),
+    # --- ours: CrossEntropyLoss = F.cross_entropy with label smoothing
+    Case("CrossEntropyLoss", [f(6, 5), labels(6, classes=5)], ce()[1], attrs=ce()[0], domain=OURS),
+    Case("CrossEntropyLoss", [f(6, 5), torch.tensor([0, 2, 4, 2, 1, 3])], ce(ignore_index=2)[1],
+         attrs=ce(ignore_index=2)[0], domain=OURS, id="CrossEntropyLoss-ignore"),
+    Case("CrossEntropyLoss", [f(3, 4, 5), torch.tensor([[0, 1, 2, 3, 1]] * 3), pos(4)], ce(ignore_index=1, ls=0.2)[1],
+         attrs=ce(ignore_index=1, ls=0.2)[0], domain=OURS, id="CrossEntropyLoss-3d-weights-ignore"),
+    Case("CrossEntropyLoss", [f(5, 4), torch.tensor([0, -1, 3, 2, -1]), pos(4)], ce("sum", -1)[1],
+         attrs=ce("sum", -1)[0], domain=OURS, id="CrossEntropyLoss-sum-weights"),
+    Case("CrossEntropyLoss", [f(2, 3, 2, 2), labels(2, 2, 2, classes=3), pos(3)], ce("none")[1],
+         attrs=ce("none")[0], domain=OURS, id="CrossEntropyLoss-4d-none-weights"),
+    Case("CrossEntropyLoss", [f(6, 5), labels(6, classes=5)], ce(ls=0.0)[1], attrs=ce(ls=0.0)[0], domain=OURS,
+         id="CrossEntropyLoss-no-smoothing"),
+    Case("CrossEntropyLoss", [f(4, 3, dtype=torch.float64), labels(4, classes=3)], ce(ls=1.0)[1],
+         attrs=ce(ls=1.0)[0], domain=OURS, id="CrossEntropyLoss-f64-uniform"),
+    # --- gradient ops of our domain
+    Case("LayerNormalizationGrad", [f(4, 6), _x, _w, _mean, _rstd], ln_backward(0), domain=OURS),
+    Case("LayerNormalizationScaleGrad", [f(4, 6), _x, _w, _mean, _rstd], ln_backward(1), domain=OURS),
+    Case("GeluGrad", [f(3, 5), f(3, 5)], lambda dy, x: aten.gelu_backward(dy, x), domain=OURS),
+    Case("GeluGrad", [f(3, 5), f(3, 5)], lambda dy, x: aten.gelu_backward(dy, x, approximate="tanh"),
+         attrs=dict(approximate="tanh"), domain=OURS, id="GeluGrad-tanh"),
+    Case("ErfGrad", [f(3, 4), f(3, 4)], lambda dy, x: dy * 2 / torch.pi ** 0.5 * torch.exp(-x * x), domain=OURS),
+    Case("EmbeddingGrad", [f(2, 3, 4), _pad_ids, i64(10, 4)],
+         lambda dy, i, s: aten.embedding_dense_backward(dy, i, 10, 1, False), attrs=dict(padding_idx=1), domain=OURS),
+    Case("EmbeddingGrad", [f(4, 2), i64(2, 2, 5, 2), i64(6, 2)],
+         lambda dy, i, s: aten.embedding_dense_backward(dy, i, 6, -1, True), attrs=dict(scale_grad_by_freq=1),
+         domain=OURS, id="EmbeddingGrad-scale-grad-by-freq"),
+    Case("CrossEntropyLossGrad", [torch.tensor(1.5), lp(6, 5), labels(6, classes=5)], ce_grad()[1],
+         attrs=ce_grad()[0], domain=OURS),
+    Case("CrossEntropyLossGrad", [f(3, 5), lp(3, 4, 5), torch.tensor([[0, 1, 2, 3, 1]] * 3), pos(4)],
+         ce_grad("none", 1)[1], attrs=ce_grad("none", 1)[0], domain=OURS, id="CrossEntropyLossGrad-3d-none-weights"),
+    Case("CrossEntropyLossGrad", [torch.tensor(0.7), lp(5, 4), torch.tensor([0, 2, 3, 2, 1]), pos(4)],
+         ce_grad("mean", 2, 0.3)[1], attrs=ce_grad("mean", 2, 0.3)[0], domain=OURS,
+         id="CrossEntropyLossGrad-mean-weights-ignore"),
+    Case("CrossEntropyLossGrad", [torch.tensor(0.4), lp(2, 3, 2, 2), labels(2, 2, 2, classes=3)],
+         ce_grad("sum")[1], attrs=ce_grad("sum")[0], domain=OURS, id="CrossEntropyLossGrad-4d-sum"),
+    Case("DropoutGrad", [f(3, 4), f(3, 4) > 0, torch.tensor(1.0), torch.tensor(True)],
+         lambda dy, m, r, t: torch.zeros(3, 4), domain=OURS, id="DropoutGrad-p1"),
+]
