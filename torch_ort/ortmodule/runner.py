@@ -90,8 +90,7 @@ class GraphRunner:
         _C = _load_extension()
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
-            engine = _C.Engine(self.export.onnx_bytes, training, flags)
-            self.engines_built += 1
+        except (_C.GradientError, _C.UnsupportedOpError) as e:
             what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
                     "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
             if self._aten.add(ops_from_engine_error(self.export, e, what)):
@@ -99,6 +98,7 @@ class GraphRunner:
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         except (_C.OnnxImportError, _C.VerifyError) as e:
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
+        self.engines_built += 1
         stats = engine.stats()
         if training:
             LOGGER.info("training graph: %d forward nodes, %d backward nodes; saved set: %d of %d "
