@@ -129,10 +129,22 @@ def test_embedding_scale_grad_by_freq(strict):
     assert torch.equal(ours.module.weight.grad, emb.weight.grad)
 
 
-def test_sparse_embedding_is_refused_with_a_reason(strict):
-    ours = ORTModule(torch.nn.Embedding(8, 3, sparse=True))
-    with pytest.raises(Exception, match="sparse"):
-        ours(torch.tensor([1, 2]))
+def test_sparse_embedding_runs_through_the_aten_fallback(strict):
+    """Our Embedding translation refuses sparse=True (its gradient is dense); the ATen fallback
+    then carries aten::embedding, and autograd's sparse gradient reaches SparseAdam as in eager."""
+    torch.manual_seed(0)
+    eager = torch.nn.Embedding(8, 3, sparse=True)
+    ours = ORTModule(copy.deepcopy(eager))
+    idx, w = torch.tensor([1, 2, 2, 5]), torch.arange(12.0).view(4, 3)
+    for m in (eager, ours):
+        (m(idx) * w).sum().backward()
+    assert ours.weight.grad.is_sparse
+    torch.testing.assert_close(ours.weight.grad.to_dense(), eager.weight.grad.to_dense(), rtol=0, atol=0)
+    opts = [torch.optim.SparseAdam(m.parameters(), lr=0.1) for m in (eager, ours)]
+    for opt in opts:
+        opt.step()
+    torch.testing.assert_close(ours.weight, eager.weight, rtol=0, atol=0)
+    assert ours.export_count == 2  # refused by our translation, then re-exported with ATenOp
 
 
 # --- scaled_dot_product_attention with dropout

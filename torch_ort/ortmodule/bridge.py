@@ -36,7 +36,7 @@ def _unalias(grads):
     seen = set()
     out = []
     for g in grads:
-        if g is not None:
+        if g is not None and g.layout == torch.strided:  # sparse gradients (ATen fallback) own theirs
             key = (g.data_ptr(), g.storage_offset(), tuple(g.shape), tuple(g.stride()))
             if g.numel() and key in seen:
                 g = g.clone()

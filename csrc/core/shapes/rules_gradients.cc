@@ -9,6 +9,9 @@ namespace torch_ort {
 namespace {
 
 void declared_by_gradient_builder(ShapeCtx&) {}
+// An ATen operator carried by name: the core knows nothing of its semantics, so its results keep
+// the shapes the exporter recorded (or stay unknown); never an error.
+void opaque_aten_op(ShapeCtx&) {}
 
 }  // namespace
 
@@ -28,6 +31,9 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "GeluGrad", declared_by_gradient_builder);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ErfGrad", declared_by_gradient_builder);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "EmbeddingGrad", declared_by_gradient_builder);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLossGrad", declared_by_gradient_builder);
+// ATen fallback (aten_op.h): ATenOpGrad's outputs are declared like its inputs.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ATenOp", opaque_aten_op);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ATenOpGrad", declared_by_gradient_builder);
 // CNN family.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ConvGrad", declared_by_gradient_builder);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ConvTransposeGrad", declared_by_gradient_builder);
