@@ -49,13 +49,13 @@ def test_uncapturable_model_raises_naming_op_node_and_line(strict):
     with pytest.raises(ORTModuleTorchModelException) as info:
         ours(*batch(torch.Generator().manual_seed(0)))
     message = str(info.value)
-    assert "SkipsMaskWhenUnpadded" in message
+    assert message.startswith("torch.export could not capture SkipsMaskWhenUnpadded")
     assert "node 'item' (aten.item" in message, message                # the op and its node
     assert f"test_bad_models.py:{BRANCH_LINE} in forward" in message, message  # the source line
     assert "(attention_mask == 0).any()" in message
     assert "torch.where" in message                                    # how to fix it
     assert len(message) < 1200 and "\x1b[" not in message              # one readable paragraph
-    assert ours.export_count == 0
+    assert ours.export_count == 1  # one attempt: no ATen-fallback retry can help here
 
 
 def test_default_policy_warns_once_and_trains_like_eager(capfd):

@@ -67,11 +67,14 @@ _DATA_DEPENDENT_HINT = (
 
 def _explain_failure(module: torch.nn.Module, error: BaseException) -> str:
     """One readable paragraph: what torch.export rejected, where in the model, how to fix it."""
-    root = error
-    while root.__cause__ is not None:
-        root = root.__cause__
-    text = str(root)
-    message = f"torch.onnx.export could not capture {type(module).__name__}: {type(root).__name__}: " \
+    chain = [error]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    root, text = chain[-1], str(chain[-1])
+    # torch.onnx.export runs torch.export first (capture), then translates the captured graph.
+    captured = not any(type(e).__name__ == "TorchExportError" for e in chain)
+    stage = "torch.onnx.export could not translate" if captured else "torch.export could not capture"
+    message = f"{stage} {type(module).__name__}: {type(root).__name__}: " \
               f"{text.strip().splitlines()[0] if text.strip() else ''}"
     # torch.export names the user's source line: 'File "x.py", line 9, in forward\n    if h.sum() > 0:'
     where = re.search(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)', text)
