@@ -48,9 +48,10 @@ def make_inputs(seed: int, steps: int, batch: int, seq: int, vocab: int) -> torc
     return ((start + stride * torch.arange(seq)) % vocab).to(torch.uint8)
 
 
-def train(model, inputs: torch.Tensor, optim: dict):
+def train(model, inputs: torch.Tensor, optim: dict, on_step=None):
     """Trains on `inputs` (labels = input_ids; the model shifts them). Returns the per-step losses
-    and the gradients of the last step (before its update), keyed by parameter name."""
+    and the gradients of the last step (before its update), keyed by parameter name. on_step(i)
+    is called after each step (the replay test reads ORTModule's counters there)."""
     opt = torch.optim.AdamW(model.parameters(), **optim)
     losses = []
     for tokens in inputs:
@@ -61,6 +62,8 @@ def train(model, inputs: torch.Tensor, optim: dict):
         losses.append(loss.item())
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
         opt.step()
+        if on_step is not None:
+            on_step(len(losses) - 1)
     return losses, grads
 
 

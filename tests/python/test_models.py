@@ -53,7 +53,13 @@ def assert_same_output_structure(out_o, out_e):
     assert list(out_o.keys()) == [k for k in out_e.keys() if k != "past_key_values"]
 
 
+def counts(ours):
+    return ours.export_count, ours.engine_build_count
+
+
 def run_parity(name, dropout=0.0, steps=STEPS, shapes=((4, 16),)):
+    """Trains eager and ORTModule side by side. ours.first_counts: (exports, engines) after the
+    first step, which may take more than one export (ATen-fallback rounds); later steps add none."""
     eager, ours, make_batch = make_twins(name, dropout)
     opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3, weight_decay=0.01)
     opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3, weight_decay=0.01)
@@ -69,6 +75,7 @@ def run_parity(name, dropout=0.0, steps=STEPS, shapes=((4, 16),)):
         losses_o.append(loss_o)
         if step == 0:
             assert_same_output_structure(out_o, out_e)
+            ours.first_counts = counts(ours)
         assert math.isfinite(loss_o), f"step {step}: loss {loss_o}"
         assert loss_o == pytest.approx(loss_e, rel=LOSS_RTOL), f"step {step}: {losses_o} vs {losses_e}"
         if step in (0, steps - 1):
@@ -80,7 +87,7 @@ def run_parity(name, dropout=0.0, steps=STEPS, shapes=((4, 16),)):
 def test_trains_20_steps_like_eager(strict, name):
     eager, ours, losses_e, losses_o = run_parity(name)
     assert sum(losses_o[-5:]) < sum(losses_o[:5])  # it learns
-    assert ours.export_count == 1
+    assert counts(ours) == ours.first_counts  # nothing re-exported or rebuilt after the first step
     # Parameters are not compared after 20 steps: some gradients are zero up to rounding (an
     # attention key bias shifts all scores of a query equally, so softmax ignores it), and AdamW
     # turns rounding-sized gradients into full lr-sized steps of either sign.
@@ -89,7 +96,7 @@ def test_trains_20_steps_like_eager(strict, name):
 @pytest.mark.parametrize("name", MODELS)
 def test_batch_and_sequence_change_without_reexport(strict, name):
     _, ours, _, _ = run_parity(name, steps=5, shapes=((4, 16), (2, 9), (3, 31), (1, 5), (6, 12)))
-    assert ours.export_count == 1 and ours.engine_build_count == 1
+    assert counts(ours) == ours.first_counts and ours.engine_build_count == 1
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -123,6 +130,8 @@ def test_freezing_embeddings_rebuilds_only_the_gradient_graph(strict):
     opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
     opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
     for step in range(4):
+        if step == 1:
+            before = counts(ours)
         if step == 2:
             for m in (eager, ours):
                 m.bert.embeddings.requires_grad_(False)
@@ -132,4 +141,4 @@ def test_freezing_embeddings_rebuilds_only_the_gradient_graph(strict):
         assert loss_o == pytest.approx(loss_e, rel=LOSS_RTOL)
         assert_grads_close(grads_o, grads_e, f"step {step}")
     assert not any("embeddings" in n for n in grads_o)
-    assert (ours.export_count, ours.engine_build_count) == (1, 2)
+    assert counts(ours) == (before[0], before[1] + 1)  # one more engine, no new export
