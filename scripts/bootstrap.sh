@@ -37,6 +37,7 @@ scripts/build_protobuf.sh
 
 echo "[bootstrap] building torch_ort._C"
 export MAX_JOBS=${MAX_JOBS:-2}
+export CCACHE_BASEDIR="$PWD"  # cache hits across checkouts at other paths (CI clones afresh)
 .venv/bin/python setup.py -q build_ext --inplace
 # Editable install (no rebuild, no deps): `import torch_ort` works from any directory, e.g. for
 # the examples, and always sees this checkout's sources.

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 
 echo "[test] C++ core (GoogleTest)"
+export CCACHE_BASEDIR="$PWD"
 cmake -S . -B build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build/cmake -j "${MAX_JOBS:-2}"
 (cd build/cmake && ctest --output-on-failure -j 2)
