@@ -10,18 +10,17 @@
 #include <string>
 
 namespace torch_ort::ref {
-namespace {
 
-using Dims = std::vector<int64_t>;
-using Outs = std::vector<RefTensor>;
-
-[[noreturn]] void fail(const Node& n, const std::string& why) {
+void fail(const Node& n, const std::string& why) {
   throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
 }
-int64_t prod(const Dims& s, size_t b = 0, size_t e = SIZE_MAX) {
+int64_t prod(const Dims& s, size_t b, size_t e) {
   e = std::min(e, s.size());
   return std::accumulate(s.begin() + std::min(b, e), s.begin() + e, int64_t{1}, std::multiplies<>());
 }
+
+namespace {
+
 bool is_int(DType t) { return !is_floating(t); }
 Dims as_dims(const RefTensor& t) { return Dims(t.data.begin(), t.data.end()); }
 std::string str(const Dims& d) {

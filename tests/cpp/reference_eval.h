@@ -25,6 +25,13 @@ struct RefTensor {
   static RefTensor ints(const std::vector<int64_t>& v);  // 1-D int64
 };
 
+using Dims = std::vector<int64_t>;
+using Outs = std::vector<RefTensor>;
+
+// Shared by every op file of the oracle: an error naming the op and node, and a product of dims.
+[[noreturn]] void fail(const Node& n, const std::string& why);
+int64_t prod(const Dims& s, size_t begin = 0, size_t end = SIZE_MAX);
+
 // Decodes an initializer / Constant payload (float, double, int64, int32, bool, int8, uint8).
 RefTensor from_tensor_data(const TensorData& t);
 

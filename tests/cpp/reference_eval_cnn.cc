@@ -12,13 +12,6 @@
 namespace torch_ort::ref {
 namespace {
 
-using Dims = std::vector<int64_t>;
-using Outs = std::vector<RefTensor>;
-
-[[noreturn]] void fail(const Node& n, const std::string& why) {
-  throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
-}
-int64_t prod(const Dims& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); }
 // Calls f(index) for every multi-index of `shape`, row-major.
 void for_each(const Dims& shape, const std::function<void(const Dims&)>& f) {
   Dims i(shape.size(), 0);

@@ -10,12 +10,6 @@
 namespace torch_ort::ref {
 namespace {
 
-using Dims = std::vector<int64_t>;
-using Outs = std::vector<RefTensor>;
-
-[[noreturn]] void fail(const Node& n, const std::string& why) {
-  throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
-}
 Dims unravel(int64_t lin, const Dims& s) {
   Dims idx(s.size());
   for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }

@@ -10,16 +10,6 @@
 namespace torch_ort::ref {
 namespace {
 
-using Dims = std::vector<int64_t>;
-using Outs = std::vector<RefTensor>;
-
-[[noreturn]] void fail(const Node& n, const std::string& why) {
-  throw std::runtime_error("reference_eval: " + n.op_type + " (node " + n.name + "): " + why);
-}
-int64_t prod(const Dims& s, size_t b = 0, size_t e = SIZE_MAX) {
-  e = std::min(e, s.size());
-  return std::accumulate(s.begin() + std::min(b, e), s.begin() + e, int64_t{1}, std::multiplies<>());
-}
 Dims unravel(int64_t lin, const Dims& s) {
   Dims idx(s.size());
   for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }

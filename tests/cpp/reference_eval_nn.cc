@@ -11,20 +11,11 @@
 namespace torch_ort::ref {
 namespace {
 
-using Dims = std::vector<int64_t>;
-using Outs = std::vector<RefTensor>;
-
-[[noreturn]] void fail(const Node& n, const std::string& why) {
-  throw std::runtime_error("reference_eval_nn: " + n.op_type + " (node " + n.name + "): " + why);
-}
 const RefTensor& at(const Node& n, const Ins& in, size_t i) {
   if (i >= in.size() || !in[i]) fail(n, "input " + std::to_string(i) + " is missing");
   return *in[i];
 }
 const RefTensor* opt(const Ins& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
-int64_t prod(const Dims& s, size_t b, size_t e) {
-  return std::accumulate(s.begin() + b, s.begin() + e, int64_t{1}, std::multiplies<>());
-}
 RefTensor like(const RefTensor& x) { return RefTensor::zeros(x.dtype, x.shape); }
 
 // --- LayerNormalization: rows = dims before axis, n = elements per row.
