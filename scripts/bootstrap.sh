@@ -41,6 +41,7 @@ export CCACHE_BASEDIR="$PWD"  # cache hits across checkouts at other paths (CI c
 .venv/bin/python setup.py -q build_ext --inplace
 # Editable install (no rebuild, no deps): `import torch_ort` works from any directory, e.g. for
 # the examples, and always sees this checkout's sources.
-if ! .venv/bin/python -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$PWD/') else 1)" 2>/dev/null; then
+# (The check runs from / so that the current directory does not make the import succeed.)
+if ! (cd / && "$OLDPWD/.venv/bin/python" -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$PWD/') else 1)") 2>/dev/null; then
   .venv/bin/pip install -q --no-build-isolation --no-deps -e .
 fi
