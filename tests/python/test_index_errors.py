@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from op_table import Case, f, i64, expect_named_error, single_node_model
-from torch_ort import _C
 
 t = torch.tensor
 

@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from op_table import OURS, Case, expect_named_error, f, i64, single_node_model
-from torch_ort import _C
 
 BAD = [
     (Case("LayerNormalization", [f(3, 4), f(5), f(4)], None), r"LayerNormalization \(node /test/.*Scale of shape \[5\]"),

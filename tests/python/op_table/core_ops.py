@@ -1,7 +1,7 @@
 """Op cases of the foundation: MLP-class forward ops, losses and the gradient ops autodiff emits."""
 import torch
 import torch.nn.functional as F
-from onnx import TensorProto, helper, numpy_helper  # noqa: F401
+from onnx import TensorProto, numpy_helper
 
 from op_table import OURS, Case, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
 

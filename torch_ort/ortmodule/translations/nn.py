@@ -25,6 +25,11 @@ from onnxscript.function_libs.torch_lib.ops import nn as _torchlib_nn
 from onnxscript.onnx_opset import opset18 as op
 from onnxscript.values import Op, Opset
 
+
+class UntranslatableCall(ValueError):
+    """A call our translation cannot express faithfully; the export fails naming why (and the ATen
+    fallback may then carry the op instead)."""
+
 OURS = Opset("com.torch_ort", 1)
 _FLOATS = ["tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"]
 _INDICES = ["tensor(int64)", "tensor(int32)"]
@@ -93,7 +98,8 @@ def _cross_entropy_probabilities(self, target, weight, red: str, label_smoothing
 def embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
     """embedding(Tensor weight, Tensor indices, SymInt padding_idx, bool scale_grad_by_freq, bool sparse)"""
     if sparse:
-        raise NotImplementedError("nn.Embedding(sparse=True) produces sparse gradients, which ORTModule does not support")
+        raise UntranslatableCall("nn.Embedding(sparse=True) produces sparse gradients, which our Embedding op does not "
+                                 "(the ATen fallback carries it instead)")
     return EMBEDDING(weight, indices, padding_idx=padding_idx, scale_grad_by_freq=int(scale_grad_by_freq))
 
 
@@ -121,7 +127,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         return _torchlib_nn.aten_scaled_dot_product_attention.func(
             query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if len(query.shape) != 4 or len(key.shape) != 4 or len(value.shape) != 4:
-        raise NotImplementedError("scaled_dot_product_attention with dropout: only 4-D query, key and value")
+        raise UntranslatableCall("scaled_dot_product_attention with dropout: only 4-D query, key and value")
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal and attn_mask cannot both be set")
     if enable_gqa and query.shape[1] != key.shape[1]:
@@ -132,7 +138,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     else:
         factor = 1.0 / math.sqrt(head) if scale is None else scale
         if factor < 0:
-            raise NotImplementedError("scaled_dot_product_attention with dropout: negative scale")
+            raise UntranslatableCall("scaled_dot_product_attention with dropout: negative scale")
         root = _scalar(math.sqrt(factor), query.dtype)  # eager: sqrt in double, then the tensor dtype
     b, h, length, _ = query.shape
     source = key.shape[2]
