@@ -19,6 +19,17 @@ int64_t prod(const Dims& s, size_t b, size_t e) {
   return std::accumulate(s.begin() + std::min(b, e), s.begin() + e, int64_t{1}, std::multiplies<>());
 }
 
+Dims unravel(int64_t lin, const Dims& s) {
+  Dims idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }
+  return idx;
+}
+int64_t ravel(const Dims& idx, const Dims& s) {
+  int64_t lin = 0;
+  for (size_t d = 0; d < s.size(); ++d) lin = lin * s[d] + idx[d];
+  return lin;
+}
+
 namespace {
 
 bool is_int(DType t) { return !is_floating(t); }

@@ -31,6 +31,9 @@ using Outs = std::vector<RefTensor>;
 // Shared by every op file of the oracle: an error naming the op and node, and a product of dims.
 [[noreturn]] void fail(const Node& n, const std::string& why);
 int64_t prod(const Dims& s, size_t begin = 0, size_t end = SIZE_MAX);
+// Row-major multi-index <-> linear offset within shape s.
+Dims unravel(int64_t lin, const Dims& s);
+int64_t ravel(const Dims& idx, const Dims& s);
 
 // Decodes an initializer / Constant payload (float, double, int64, int32, bool, int8, uint8).
 RefTensor from_tensor_data(const TensorData& t);

@@ -10,16 +10,6 @@
 namespace torch_ort::ref {
 namespace {
 
-Dims unravel(int64_t lin, const Dims& s) {
-  Dims idx(s.size());
-  for (size_t d = s.size(); d-- > 0;) { idx[d] = lin % s[d]; lin /= s[d]; }
-  return idx;
-}
-int64_t ravel(const Dims& idx, const Dims& s) {
-  int64_t lin = 0;
-  for (size_t d = 0; d < s.size(); ++d) lin = lin * s[d] + idx[d];
-  return lin;
-}
 
 // Right-aligned broadcasting of `in` inside `out` (the offset of out index `idx` in `in`).
 int64_t bcast_at(const Dims& idx, const Dims& in) {

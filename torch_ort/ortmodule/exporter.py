@@ -132,7 +132,6 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
         dims = [d if isinstance(d, int) else None for d in value.shape.dims] if value.shape else []
         static_dims.append(dims)
 
-    raw = None
     # Parameters and buffers become graph inputs; other initializers (lifted constants) stay.
     param_names = [name for name in graph.initializers if name in named]
     moved = []
