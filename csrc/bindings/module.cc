@@ -15,6 +15,7 @@
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
+#include "csrc/runtime/python_op.h"
 
 namespace py = pybind11;
 using namespace torch_ort;
@@ -48,6 +49,28 @@ void register_errors(py::module_& m) {
       if (p) std::rethrow_exception(p);
     } catch (const InputMismatchError& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
+    }
+  });
+}
+
+// The PythonOp kernel's way back into Python (csrc/runtime/python_op.h). Kernels run without the
+// GIL; the callback takes it for the call. A Python exception becomes a C++ one carrying its text
+// (the executor names the node); torch_ort.ortmodule.python_op keeps the original to re-raise.
+void install_python_op_runner(py::object fn) {
+  auto holder = std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete p;
+    }
+  });
+  set_python_op_runner([holder](int64_t id, const std::vector<at::Tensor>& args, bool record) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list py_args;
+      for (const at::Tensor& t : args) py_args.append(t.defined() ? py::cast(t) : py::none());
+      return (*holder)(id, py_args, record).cast<std::vector<at::Tensor>>();
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());
     }
   });
 }
@@ -129,6 +152,9 @@ PYBIND11_MODULE(_C, m) {
            "Debug: runs forward (+ backward with ones) keeping every tensor and compares each with "
            "its inferred shape; raises VerifyError naming the first value that disagrees.");
 
+  m.def("set_python_op_runner", &install_python_op_runner, py::arg("runner"),
+        "Installs run(func_id, args: list[Tensor | None], record: bool) -> list[Tensor], the "
+        "callback PythonOp nodes call (torch_ort.ortmodule.python_op installs it).");
   m.def("verify_onnx",
         [](py::bytes onnx) {
           std::string bytes = onnx;

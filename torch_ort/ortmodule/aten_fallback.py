@@ -8,7 +8,6 @@ ORTMODULE_ATEN_FALLBACK=0 switches it off (such ops then fail, or fall back to e
 """
 from __future__ import annotations
 
-import os
 import re
 
 import torch
@@ -48,8 +47,8 @@ def aten_op_of(node) -> torch._ops.OpOverload | None:
 class AtenFallback:
     """Per ORTModule: the overloads that run through ATenOp, each with why (logged once)."""
 
-    def __init__(self):
-        self.enabled = os.environ.get("ORTMODULE_ATEN_FALLBACK", "1") not in ("0", "false", "False")
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled  # ORTMODULE_ATEN_FALLBACK
         self.reasons: dict[torch._ops.OpOverload, str] = {}
         self.rejected: dict[torch._ops.OpOverload, str] = {}  # ops it cannot carry, and why
         self._translations: dict = {}
@@ -159,15 +158,17 @@ def ops_from_engine_error(result: ExportResult, error: BaseException, what: str)
     return found
 
 
-def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export) -> ExportResult:
-    """Exports, re-exporting while new ops are found for the ATen fallback."""
+def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export,
+                         capture=None, deepcopy: bool = False) -> ExportResult:
+    """Exports, re-exporting while new ops are found for the ATen fallback (`capture` and
+    `deepcopy`: see exporter.export_module)."""
     from torch_ort import _C
 
     kernel_ops = set(_C.kernel_ops())
     for _ in range(MAX_EXPORTS):
         on_export()
         try:
-            result = export_module(module, args, kwargs, opset, aten.translations())
+            result = export_module(module, args, kwargs, opset, aten.translations(), capture, deepcopy)
         except ORTModuleTorchModelException as error:
             found = ops_from_export_error(error)
             if aten.add(found):

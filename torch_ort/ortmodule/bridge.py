@@ -5,12 +5,16 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from torch_ort.ortmodule import python_op
+
 
 class EngineFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, engine, *inputs):
-        outputs, run_ctx = engine.forward(list(inputs))
-        ctx.engine = engine
+    def forward(ctx, engine, report, *inputs):
+        """`report(phase)` or None: ORTMODULE_PRINT_MEMORY_STATS around backward."""
+        with python_op.errors_as_raised():
+            outputs, run_ctx = engine.forward(list(inputs))
+        ctx.engine, ctx.report = engine, report
         ctx.run_ctx = run_ctx  # holds only the saved set; freed by backward or with ctx
         frozen = [o for o, diff in zip(outputs, engine.output_differentiable) if not diff]
         if frozen:
@@ -26,8 +30,13 @@ class EngineFunction(torch.autograd.Function):
                                "pass retain_graph=True to the first backward is not supported")
         diff = ctx.engine.output_differentiable
         grads = [g if d else None for g, d in zip(grad_outputs, diff)]
-        input_grads = ctx.engine.backward(run_ctx, grads)
-        return (None, *_unalias(input_grads))
+        if ctx.report:
+            ctx.report("pre-backward")
+        with python_op.errors_as_raised():
+            input_grads = ctx.engine.backward(run_ctx, grads)
+        if ctx.report:
+            ctx.report("post-backward")
+        return (None, None, *_unalias(input_grads))
 
 
 def _unalias(grads):

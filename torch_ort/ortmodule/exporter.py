@@ -3,6 +3,7 @@ from initializers to graph inputs (bound to the live tensors at run time, zero c
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import io
 import logging
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import buffers, translations
+from torch_ort.ortmodule import buffers, python_op, translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
@@ -31,6 +32,9 @@ class ExportResult:
     buffer_updates: list[str] = field(default_factory=list)  # buffers whose new values are the trailing outputs
     out_constants: dict[int, object] = field(default_factory=dict)  # out_spec leaf -> value the
     #   graph does not compute (None entries, Python numbers); every other leaf is a graph output
+    python_ops: list[str] = field(default_factory=list)  # Functions run as PythonOp (by name)
+    from_cache: bool = False          # loaded from ORTMODULE_CACHE_DIR instead of exported
+    stored: bool = False              # written to ORTMODULE_CACHE_DIR
 
     def rebuild_outputs(self, tensors) -> object:
         """The module's return value (ModelOutput, dict, tuple, ...) from the graph's outputs."""
@@ -101,20 +105,44 @@ def _dynamic_shapes(module, args, kwargs):
     return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
+def structural_copy(module: torch.nn.Module):
+    """(copy, {id(copied submodule): original}) — the Python objects copied, every parameter and
+    buffer shared — or (module, {}) when the module cannot be deep-copied."""
+    memo = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    try:
+        clone = copy.deepcopy(module, memo)
+    except Exception as e:  # locks, generators, C handles: export the module itself
+        LOGGER.info("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT: %s cannot be deep-copied (%s: %s); "
+                    "exporting it in place", type(module).__name__, type(e).__name__, e)
+        return module, {}
+    return clone, {id(c): o for o, c in zip(module.modules(), clone.modules())}
+
+
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
-                  extra_translations: dict | None = None) -> ExportResult:
-    """extra_translations (ATen fallback ops) take precedence over translations.TABLE."""
+                  extra_translations: dict | None = None,
+                  capture: python_op.Capture | None = None, deepcopy: bool = False) -> ExportResult:
+    """extra_translations (ATen fallback ops) take precedence over translations.TABLE; `capture`
+    says how torch.autograd.Functions export (python_op.py); `deepcopy` exports a structural copy
+    so that the trace never changes the module's own Python state."""
     start = time.perf_counter()
     table = {**translations.TABLE, **(extra_translations or {})}
+    capture = python_op.Capture(True, False, frozenset()) if capture is None else capture.fresh()
+    if deepcopy:
+        module, capture.remap = structural_copy(module)
     try:
-        with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations:
+        with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
+                python_op.opaque_functions(capture, type(module).__name__):
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
                                         custom_translation_table=table or None,
                                         verbose=False, opset_version=opset)
             ep = program.exported_program
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
+        capture.discard()
         LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
+        refused = next((x for x in _chain(e) if isinstance(x, python_op.CheckpointNotAllowedError)), None)
+        if refused is not None:
+            raise python_op.CheckpointNotAllowedError(str(refused)) from None
         raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
 
     buffers.check_kept(ep, mutations)
@@ -151,10 +179,21 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                     if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
     out_constants = {i: arg.value for i, arg in enumerate(user_outputs)
                      if isinstance(arg, torch.export.graph_signature.ConstantArgument)}
-    return ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
-                        out_spec=ep.call_spec.out_spec, out_constants=out_constants,
-                        static_dims=static_dims, seconds=seconds,
-                        input_names=[v.name for v in graph.inputs[:n_user]], buffer_updates=mutations.fqns)
+    result = ExportResult(onnx_bytes=onnx_bytes, raw_model=raw, param_names=param_names,
+                          out_spec=ep.call_spec.out_spec, out_constants=out_constants,
+                          static_dims=static_dims, seconds=seconds,
+                          input_names=[v.name for v in graph.inputs[:n_user]],
+                          buffer_updates=mutations.fqns, python_ops=list(capture.names))
+    capture.attach(result)  # the registry entries live as long as the graph that names them
+    return result
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 def exported_with_weights(result: ExportResult) -> bytes:

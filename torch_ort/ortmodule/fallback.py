@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import enum
-import os
 import warnings
 
 from torch_ort.ortmodule.options import LOGGER
@@ -72,17 +71,31 @@ class ORTModuleInitException(ORTModuleError):
 
 
 class FallbackManager:
-    """Decides, per failure, whether to raise or to run eager PyTorch from now on (warning once)."""
+    """Decides, per failure, whether to raise or to run eager PyTorch from now on (warning once).
+    FORCE_TORCH_FORWARD / FORCE_TORCH_BACKWARD run the whole module in eager PyTorch from the
+    first call, as in ONNX Runtime (our backward is never split from our forward)."""
 
-    def __init__(self):
-        self.policy = parse_policy(os.environ.get("ORTMODULE_FALLBACK_POLICY", "")) or DEFAULT_POLICY
-        self.retry = os.environ.get("ORTMODULE_FALLBACK_RETRY", "0") not in ("0", "", "false", "False")
-        self.active = bool(self.policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD)
+    def __init__(self, policy: FallbackPolicy = DEFAULT_POLICY, retry: bool = False):
+        self.policy = policy
+        self.retry = retry
         self.cause: BaseException | None = None
+        forced = policy & (FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD | FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD)
+        self.active = bool(forced) and not policy & FallbackPolicy.FALLBACK_DISABLE
+        self.forced = FallbackPolicy(forced) if self.active else FallbackPolicy(0)
+
+    def covers(self, error: ORTModuleError) -> bool:
+        return not self.policy & FallbackPolicy.FALLBACK_DISABLE and bool(self.policy & error.policy)
+
+    def warn_forced(self) -> None:
+        """The one warning of a user-forced fallback."""
+        if self.cause is None:
+            self.cause = ORTModuleError(f"fallback forced by ORTMODULE_FALLBACK_POLICY ({self.forced.name})")
+            warnings.warn(f"torch_ort: running the module in eager PyTorch: {self.cause}",
+                          UserWarning, stacklevel=4)
 
     def handle(self, error: ORTModuleError) -> None:
         """Raises `error` unless the policy covers its kind; otherwise switches to eager."""
-        if self.policy & FallbackPolicy.FALLBACK_DISABLE or not self.policy & error.policy:
+        if not self.covers(error):
             raise error
         if self.cause is None:
             warnings.warn(

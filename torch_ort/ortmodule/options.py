@@ -1,4 +1,4 @@
-"""DebugOptions, LogLevel and the ORTMODULE_* environment variables read so far."""
+"""DebugOptions and LogLevel (every ORTMODULE_* variable is in config.py)."""
 from __future__ import annotations
 
 import enum
@@ -34,6 +34,21 @@ def parse_log_level(text: str) -> LogLevel:
         raise ValueError(f"ORTMODULE_LOG_LEVEL={text!r} is not valid; use one of {valid}") from None
 
 
+def _rank() -> int:
+    """This process's distributed rank: torch.distributed when initialised, else $RANK."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 @dataclass
 class DebugOptions:
     """What ORTModule logs and saves. ORTMODULE_LOG_LEVEL, when set, overrides log_level."""
@@ -47,17 +62,22 @@ class DebugOptions:
             raise TypeError(f"log_level must be a LogLevel, got {self.log_level!r}")
         if self.save_onnx and not self.onnx_prefix:
             raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix for the file names")
-        env = os.environ.get("ORTMODULE_LOG_LEVEL")
+        env = os.environ.get("ORTMODULE_LOG_LEVEL", "").strip()
         if env:
             self.log_level = parse_log_level(env)
 
     @property
     def save_path(self) -> str:
         """Directory save_onnx writes to: ORTMODULE_SAVE_ONNX_PATH, else the current directory."""
-        return os.environ.get("ORTMODULE_SAVE_ONNX_PATH") or os.getcwd()
+        return os.path.abspath(os.environ.get("ORTMODULE_SAVE_ONNX_PATH") or os.getcwd())
 
     def apply_log_level(self) -> None:
-        LOGGER.setLevel(_TO_LOGGING[self.log_level])
+        """Sets the torch_ort logger's level; ranks other than 0 stay quiet at INFO and above
+        (only errors), so a multi-process job logs once."""
+        level = _TO_LOGGING[self.log_level]
+        if self.log_level >= LogLevel.INFO and _rank() > 0:
+            level = logging.ERROR
+        LOGGER.setLevel(level)
         if not LOGGER.handlers:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("[torch_ort %(levelname)s] %(message)s"))

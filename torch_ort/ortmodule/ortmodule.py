@@ -4,18 +4,23 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import hf
+from torch_ort.ortmodule import hf, memory_stats, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback
 from torch_ort.ortmodule.bridge import EngineFunction
+from torch_ort.ortmodule.config import Settings, SkipCheck
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
+    ORTModuleDeviceException,
     ORTModuleError,
+    ORTModuleInitException,
     ORTModuleIOError,
 )
-from torch_ort.ortmodule.options import DebugOptions
+from torch_ort.ortmodule.options import LOGGER, DebugOptions
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
 
 _ORIGINAL = "_original_module"
+_DEVICES = ("cpu", "cuda")
+_PLAIN = (int, float, bool, str, type(None))  # attribute values that may leave the graph alone
 
 
 class ORTModule(torch.nn.Module):
@@ -29,13 +34,52 @@ class ORTModule(torch.nn.Module):
                             "ORTModule first, then use DistributedDataParallel")
         super().__init__()
         self._modules[_ORIGINAL] = module
+        self._settings = Settings.from_env()  # every ORTMODULE_* variable; invalid values raise
         self._debug = debug_options or DebugOptions()
         self._debug.apply_log_level()
-        self._fallback = FallbackManager()
+        self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
         self._runners: dict = {}  # (training path, input schema) -> GraphRunner
-        self._aten_fallback = AtenFallback()  # ops routed through ATenOp, found while exporting
+        self._stale: dict = {}    # runners from before a model change, kept until re-export compares
+        self._changed: set = set()   # attributes set since the last call (re-export pending)
+        self._neutral: set = set()   # attributes proven not to change the graph
+        self._pending_names: set = set()  # the attributes whose re-export is being compared
+        self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
+        self._memory = memory_stats.MemoryReporter() if self._settings.print_memory_stats else None
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
+        self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
+        self._initialized = True
+        self._check_initialization()
+
+    def _check_initialization(self) -> None:
+        """What makes the engine unusable for this module from the start: a missing extension or
+        parameters not yet materialised (lazy modules). FALLBACK_BAD_INITIALIZATION runs eager."""
+        try:
+            try:
+                python_op.install()
+            except ImportError as e:
+                raise ORTModuleInitException(f"the torch_ort._C extension cannot be loaded: {e}") from e
+            lazy = [n for n, p in self.module.named_parameters()
+                    if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+            if lazy:
+                raise ORTModuleInitException(
+                    f"parameters {lazy[:3]} are not initialised yet (a lazy module); run one eager "
+                    "forward before wrapping the module with ORTModule")
+        except ORTModuleInitException as error:
+            self._fallback.handle(error)
+        if self._fallback.forced:
+            self._fallback.warn_forced()
+        ignored = [v for v in ("memory_opt_level", "memory_opt_config", "compute_optimizer",
+                               "efficient_attention") if v in self._explicit()]
+        for name in ignored:
+            LOGGER.warning("%s is set; it is parsed and validated, but this build does not act on it "
+                           "yet", name)
+
+    def _explicit(self) -> set:
+        from torch_ort.ortmodule.config import VARIABLES
+        import os
+
+        return {v.field for v in VARIABLES if os.environ.get(v.name, "").strip()}
 
     # --- the original module shows through -------------------------------------------------
     @property
@@ -47,6 +91,20 @@ class ORTModule(torch.nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._modules[_ORIGINAL], name)
+
+    def __setattr__(self, name, value):
+        """After construction, an attribute that is not ORTModule's own goes to the wrapped module
+        and marks the model changed: the next call re-exports (and keeps the engines when the
+        graph comes out the same)."""
+        if "_initialized" not in self.__dict__ or name in self.__dict__ or name == "training" \
+                or hasattr(type(self), name):
+            return super().__setattr__(name, value)
+        setattr(self.module, name, value)
+        if name in self._neutral and isinstance(value, _PLAIN) and \
+                self._settings.skipcheck & SkipCheck.SKIP_CHECK_BUILD_GRADIENT and \
+                not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
+            return  # proven not to change the graph
+        self._changed.add(name)
 
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
@@ -75,10 +133,49 @@ class ORTModule(torch.nn.Module):
             self._fallback.handle(error)
             return self.module(*args, **kwargs)
 
+    def _apply_model_changes(self) -> None:
+        """Attributes were set: every runner is re-exported on its next call and compared."""
+        if not self._changed:
+            return
+        LOGGER.info("model changed (attribute %s set): re-exporting on the next call",
+                    ", ".join(sorted(self._changed)))
+        self._stale.update(self._runners)
+        self._runners = {}
+        self._pending_names = set(self._changed)
+        self._changed.clear()
+
+    def _adopt_stale(self, key, runner) -> None:
+        """A runner re-exported after a model change keeps the old engines when the graph and the
+        parameter binding are unchanged."""
+        old = self._stale.pop(key, None)
+        names = self._pending_names
+        if old is None:
+            return
+        if old.export.onnx_bytes == runner.export.onnx_bytes and \
+                old.export.param_names == runner.export.param_names:
+            runner.adopt_engines(old)
+            plain = {n for n in names if isinstance(getattr(self.module, n, None), _PLAIN)}
+            self._neutral |= plain
+            LOGGER.info("re-export after setting %s: same schema and graph; engines kept%s",
+                        ", ".join(sorted(names)),
+                        "" if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED else
+                        "; later assignments to it do not re-export")
+        else:
+            LOGGER.info("re-export after setting %s: the graph changed", ", ".join(sorted(names)))
+
+    def _check_devices(self, tensors, params) -> None:
+        devices = {t.device for t in (*tensors, *params)}
+        bad = [d for d in devices if d.type not in _DEVICES]
+        if bad or len(devices) > 1:
+            raise ORTModuleDeviceException(
+                f"inputs and parameters are on {sorted(map(str, devices))}; the engine runs when all "
+                f"are on one device of type {' or '.join(_DEVICES)}")
+
     def _count_export(self):
         self.export_count += 1
 
     def _forward_engine(self, args, kwargs):
+        self._apply_model_changes()
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -86,12 +183,20 @@ class ORTModule(torch.nn.Module):
         for i, t in enumerate(tensors):
             if t.is_complex() or t.is_quantized or t.is_sparse:
                 raise ORTModuleIOError(f"input tensor {i} has unsupported dtype/layout {t.dtype}/{t.layout}")
-        key = (self.module.training, input_schema(spec, flat))
+        schema = input_schema(spec, flat)
+        key = (self.module.training, schema)
         runner = self._runners.get(key)
         if runner is None or not runner.accepts(tensors):
+            self._check_devices(tensors, self.module.parameters())
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
-                                 on_export=self._count_export)
+                                 on_export=self._count_export, settings=self._settings,
+                                 schema=(key, str(self.module.training)))
+            self.cache_hit_count += runner.export.from_cache
+            self._adopt_stale(key, runner)
             self._runners[key] = runner
+        elif not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DEVICE or \
+                self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
+            self._check_devices(tensors, runner.params)
         # Gradients are built whenever autograd would record the call (also in eval mode, where
         # ORT silently ran inference); otherwise the forward-only inference engine runs.
         training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *runner.params))
@@ -99,10 +204,15 @@ class ORTModule(torch.nn.Module):
         engine = runner.engine_for(training, tensors, args, kwargs)
         self.engine_build_count += runner.engines_built - built
         params = runner.params
+        report = self._memory.report if self._memory else None
+        if report:
+            report("pre-forward")
         if training:
-            outputs = EngineFunction.apply(engine, *tensors, *params)
+            outputs = EngineFunction.apply(engine, report, *tensors, *params)
         else:
-            with torch.no_grad():
+            with torch.no_grad(), python_op.errors_as_raised():
                 outputs, _ = engine.forward([*tensors, *params])
+        if report:
+            report("post-forward")
         outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)

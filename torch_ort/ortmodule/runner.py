@@ -6,16 +6,20 @@ import os
 
 import torch
 
+from torch_ort.ortmodule import disk_cache, python_op
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
     MAX_EXPORTS,
     AtenFallback,
     export_with_fallback,
     ops_from_engine_error,
+    resolve_aten,
 )
+from torch_ort.ortmodule.config import Settings
 from torch_ort.ortmodule.exporter import exported_with_weights
 from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
+from torch_ort.ortmodule.translations.aten_fallback import qualified_name
 
 
 def input_schema(spec, flat) -> tuple:
@@ -44,22 +48,42 @@ class GraphRunner:
     per export, re-exports for the ATen fallback included."""
 
     def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions,
-                 aten: AtenFallback, on_export=lambda: None):
+                 aten: AtenFallback, on_export=lambda: None, settings: Settings | None = None,
+                 schema=None):
         self._module, self._aten, self._on_export = module, aten, on_export
         self._debug = debug
+        self._settings = settings or Settings.from_env()
+        self._schema = schema
         self._mode = "training" if module.training else "inference"
         self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
+        self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
         self._export(args, kwargs)
 
     def _export(self, args: tuple, kwargs: dict) -> None:
-        opset = os.environ.get("ORTMODULE_ONNX_OPSET_VERSION")
-        self.export = export_with_fallback(self._module, args, kwargs, int(opset) if opset else None,
-                                           self._aten, self._on_export)
+        st = self._settings
+        self.export = None
+        if st.cache_dir and self._cache_key is None:
+            self._cache_key = disk_cache.cache_key(self._module, self._schema, st.opset,
+                                                   [qualified_name(op) for op in self._aten.reasons])
+            hit = disk_cache.load(st.cache_dir, self._cache_key, self._module)
+            if hit is not None:
+                self.export, ops = hit
+                self._aten.add({op: "recorded in the export cache" for op in
+                                filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
+        if self.export is None:
+            capture = python_op.Capture(st.custom_autograd, st.allow_checkpoint, st.skipped_functions)
+            self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
+                                               self._on_export, capture, st.deepcopy_before_export)
         named = dict(self._module.named_parameters(remove_duplicate=False))
         named.update(dict(self._module.named_buffers(remove_duplicate=False)))
         self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
+
+    def adopt_engines(self, old: "GraphRunner") -> None:
+        """Engines of an identical graph (same bytes, same parameter names) stay valid: they bind
+        parameters by position at every call."""
+        self._engines = old._engines
 
     def accepts(self, tensors) -> bool:
         """False when the export fixed a size that this call's inputs do not have."""
@@ -80,16 +104,27 @@ class GraphRunner:
                 engine = self._build(training, list(flags) if flags else [False] * n_inputs)
             if engine is not None:
                 self._engines[(training, flags)] = engine
+                self._store_in_cache()
                 return engine
             self._export(args, kwargs)
         raise ORTModuleONNXModelException(f"ATen fallback: the engine still fails after {MAX_EXPORTS} "
                                           "re-exports")
+
+    def _store_in_cache(self) -> None:
+        """Writes the export once an engine has been built from it (the ATen fallback set is then
+        final) and unless it came from the cache."""
+        if self._cache_key and not self.export.from_cache and not self.export.stored:
+            ops = [qualified_name(op) for op in self._aten.reasons]
+            disk_cache.store(self._settings.cache_dir, self._cache_key, self.export, ops)
+            self.export.stored = True
 
     def _build(self, training: bool, flags: list[bool]):
         """The engine, or None when the ATen fallback took new ops (export again)."""
         _C = _load_extension()
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
+        except _C.KernelError as e:
+            raise ORTModuleONNXModelException(f"KernelError: {e}") from e
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
                     "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
@@ -115,7 +150,9 @@ class GraphRunner:
     def _save(self, engine, training: bool) -> None:
         base = os.path.join(self._debug.save_path, self._debug.onnx_prefix)
         os.makedirs(self._debug.save_path, exist_ok=True)
-        files = {f"{base}_torch_exported_{self._mode}.onnx": exported_with_weights(self.export),
+        exported = (exported_with_weights(self.export) if self.export.raw_model is not None
+                    else self.export.onnx_bytes)  # from the cache: weights stay graph inputs
+        files = {f"{base}_torch_exported_{self._mode}.onnx": exported,
                  f"{base}_optimized_{self._mode}.onnx": engine.forward_graph_onnx()}
         if training:
             files[f"{base}_training_{self._mode}.onnx"] = engine.training_graph_onnx()

@@ -1,4 +1,4 @@
-// com.torch_ort::ATenOp, seen from the torch-free core: a node naming an ATen operator (attributes
+// com.torch_ort::ATenOp and PythonOp, seen from the torch-free core. ATenOp: a node naming an ATen operator (attributes
 // aten_op, arg_kinds, arg<i>; see torch_ort/ortmodule/translations/aten_fallback.py)
 // whose backward is PyTorch autograd, run by the ATenOpGrad kernel.
 //
@@ -17,8 +17,15 @@ namespace torch_ort {
 
 inline constexpr const char* kAtenOp = "ATenOp";
 inline constexpr const char* kAtenOpGrad = "ATenOpGrad";
+// A torch.autograd.Function run by registry id (csrc/runtime/python_op.h): the same outputs and
+// the same ATenOpGrad backward, which makes autograd call the Function's own backward.
+inline constexpr const char* kPythonOp = "PythonOp";
 
 inline bool is_aten_op(const Node& n) { return n.domain == kOurDomain && n.op_type == kAtenOp; }
+// Nodes whose backward is PyTorch autograd over results the forward recorded.
+inline bool is_autograd_op(const Node& n) {
+  return n.domain == kOurDomain && (n.op_type == kAtenOp || n.op_type == kPythonOp);
+}
 
 // Adds the autograd outputs described above to `n` (once; a no-op when num_results is set).
 void request_aten_autograd_outputs(Graph& g, Node& n);

@@ -19,10 +19,10 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
 // LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
 // MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see pool.cc.
-// ATenOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
+// ATenOp, PythonOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
-    if (is_aten_op(n)) request_aten_autograd_outputs(g, n);
+    if (is_autograd_op(n)) request_aten_autograd_outputs(g, n);
     if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
       n.outputs.resize(2, kNoValue);

@@ -1,4 +1,4 @@
-// Gradient of com.torch_ort::ATenOp: one ATenOpGrad node that hands the forward's autograd
+// Gradient of com.torch_ort::ATenOp and PythonOp: one ATenOpGrad node that hands the forward's autograd
 // state to torch.autograd.grad (see aten_op.h for the outputs it reads).
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
@@ -51,7 +51,7 @@ void aten_op_grad(GradCtx& g) {
     likes.push_back(g.in(i));
   }
   Attributes a;
-  a.set("aten_op", g.attrs().get_string("aten_op", ""));  // for error messages
+  a.set("aten_op", g.attrs().get_string("aten_op", g.attrs().get_string("name", "")));  // for errors
   a.set("num_results", n);
   const std::vector<ValueId> grads = g.ours_multi(kAtenOpGrad, std::move(ins), likes, std::move(a));
   for (size_t j = 0; j < wrt.size(); ++j) g.set_grad(wrt[j], grads[j]);
@@ -60,5 +60,7 @@ void aten_op_grad(GradCtx& g) {
 }  // namespace
 
 REGISTER_GRADIENT_IN(kOurDomain, kAtenOp, aten_op_grad, {});
+// A torch.autograd.Function: autograd.grad over its recorded results runs its own backward.
+REGISTER_GRADIENT_IN(kOurDomain, kPythonOp, aten_op_grad, {});
 
 }  // namespace torch_ort

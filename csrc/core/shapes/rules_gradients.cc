@@ -33,6 +33,7 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "EmbeddingGrad", declared_by_gradient_builder
 REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLossGrad", declared_by_gradient_builder);
 // ATen fallback (aten_op.h): ATenOpGrad's outputs are declared like its inputs.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ATenOp", opaque_aten_op);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "PythonOp", opaque_aten_op);  // shapes from the Function's probe run
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ATenOpGrad", declared_by_gradient_builder);
 // CNN family.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ConvGrad", declared_by_gradient_builder);

@@ -15,6 +15,7 @@
 
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/runtime/dtype.h"
+#include "csrc/runtime/kernels/autograd_node.h"
 #include "csrc/runtime/kernels/common.h"
 
 namespace torch_ort::kernels {
@@ -159,36 +160,30 @@ class StackBuilder {
   const std::vector<at::Tensor>& tensors_;
 };
 
-// Runs the op. Results are node outputs [0, n); when a gradient was asked for (some leaf output
-// [2n, 2n + inputs) is read), the op runs with grad mode on against fresh leaves, and the results
-// with their autograd history become outputs [n, 2n) for ATenOpGrad. The graph's own copies are
-// detached, so nothing downstream (nor the autograd bridge) ever touches that history.
-void aten_op_kernel(KernelCtx& c) {
-  const c10::OperatorHandle op = find_op(c);
+}  // namespace
+
+void run_recording_autograd(KernelCtx& c, const std::string& what, const AutogradCallee& callee) {
   const int n = static_cast<int>(c.attrs.get_int("num_results", c.num_outputs()));
-  std::vector<at::Tensor> leaves(c.num_inputs());
+  std::vector<at::Tensor> args(c.num_inputs());
   bool record = false;
   for (int i = 0; i < c.num_inputs(); ++i) {
-    if (!c.output_wanted(2 * n + i)) continue;
-    leaves[i] = c.input(i).detach().requires_grad_(true);
-    record = true;
+    if (c.output_wanted(2 * n + i)) {
+      args[i] = c.input(i).detach().requires_grad_(true);
+      record = true;
+    }
   }
-  torch::jit::Stack stack = StackBuilder(c, leaves).build(op.schema());
+  for (int i = 0; i < c.num_inputs(); ++i)
+    if (!args[i].defined() && c.has_input(i)) args[i] = c.input(i);
+  std::vector<at::Tensor> results;
   {
     at::AutoGradMode grad_mode(record);  // the engine runs forward under no_grad
-    op.callBoxed(&stack);
-  }
-  std::vector<at::Tensor> results;
-  for (const c10::IValue& v : stack) {
-    if (v.isTensor()) results.push_back(v.toTensor());
-    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) results.push_back(t);
-    else c.fail(op_name(c) + " returned a " + v.tagKind() + ", not a tensor");
+    results = callee(args, record);
   }
   for (const at::Tensor& t : results)
     if (t.defined() && t.is_complex())  // the exporter types complex results as real pairs
-      c.fail(op_name(c) + " returned a complex tensor; complex values are not supported");
+      c.fail(what + " returned a complex tensor; complex values are not supported");
   if (static_cast<int>(results.size()) != n)
-    c.fail(op_name(c) + " returned " + std::to_string(results.size()) + " tensors; the node has " +
+    c.fail(what + " returned " + std::to_string(results.size()) + " tensors; the node has " +
            std::to_string(n) + " results");
   for (int k = 0; k < n; ++k) {
     if (!record) {
@@ -199,12 +194,31 @@ void aten_op_kernel(KernelCtx& c) {
     c.set_output(n + k, results[k]);
   }
   for (int i = 0; i < c.num_inputs(); ++i)
-    if (leaves[i].defined()) c.set_output(2 * n + i, leaves[i]);
+    if (c.output_wanted(2 * n + i)) c.set_output(2 * n + i, args[i]);
+}
+
+namespace {
+
+// Runs the op through the dispatcher (see run_recording_autograd for the outputs).
+void aten_op_kernel(KernelCtx& c) {
+  const c10::OperatorHandle op = find_op(c);
+  run_recording_autograd(c, op_name(c), [&](const std::vector<at::Tensor>& args, bool) {
+    torch::jit::Stack stack = StackBuilder(c, args).build(op.schema());
+    op.callBoxed(&stack);
+    std::vector<at::Tensor> results;
+    for (const c10::IValue& v : stack) {
+      if (v.isTensor()) results.push_back(v.toTensor());
+      else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) results.push_back(t);
+      else c.fail(op_name(c) + " returned a " + v.tagKind() + ", not a tensor");
+    }
+    return results;
+  });
 }
 
 // ATenOpGrad(dY_0..dY_{n-1}, Y_0..Y_{n-1} with history, leaves...) -> d leaf, in order.
 // A result nobody differentiates (no dY, or not requiring grad: indices) is left out; a leaf
-// autograd does not reach gets zeros, as our gradient contract says.
+// autograd does not reach gets zeros, as our gradient contract says. Leaves that other code
+// closes over (a checkpointed block's parameters) accumulate into their .grad as in eager.
 void aten_op_grad_kernel(KernelCtx& c) {
   const int n = static_cast<int>(c.attrs.get_int("num_results", -1));
   if (n < 0 || c.num_inputs() < 2 * n) c.fail("bad num_results " + std::to_string(n));
@@ -217,12 +231,14 @@ void aten_op_grad_kernel(KernelCtx& c) {
     dys.push_back(c.input(k));
   }
   for (int j = 2 * n; j < c.num_inputs(); ++j) leaves.push_back(c.input(j));
-  std::vector<at::Tensor> grads(leaves.size());
+  // backward(), not grad(): torch's reentrant checkpoint (a PythonOp) refuses to run under
+  // grad(); the leaves are this forward's own, so their .grad is exactly d leaf.
   if (!ys.empty())
-    grads = torch::autograd::grad(ys, leaves, dys, /*retain_graph=*/false, /*create_graph=*/false,
-                                  /*allow_unused=*/true);
-  for (size_t j = 0; j < leaves.size(); ++j)
-    c.set_output(static_cast<int>(j), grads[j].defined() ? grads[j] : at::zeros_like(leaves[j]));
+    torch::autograd::backward(ys, dys, /*retain_graph=*/false, /*create_graph=*/false);
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    const at::Tensor g = leaves[j].grad();
+    c.set_output(static_cast<int>(j), g.defined() ? g : at::zeros_like(leaves[j]));
+  }
 }
 
 }  // namespace

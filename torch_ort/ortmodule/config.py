@@ -1,0 +1,228 @@
+"""Every ORTMODULE_* environment variable in one table: name, type, default, parser, help.
+
+ORTModule reads the table once, when it is constructed (`Settings.from_env()`); an invalid value
+raises a ValueError that names the variable and lists the valid values. Variables whose effect
+belongs to a later stage (memory optimizer, compute optimizer, efficient attention) are parsed and
+validated here, and the stage reads them from the same Settings.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from torch_ort.ortmodule.fallback import DEFAULT_POLICY, FallbackPolicy, parse_policy
+from torch_ort.ortmodule.options import LogLevel, parse_log_level
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+class SkipCheck(enum.IntFlag):
+    """ORTMODULE_SKIPCHECK_POLICY: which per-call checks are skipped once the engine is built."""
+
+    SKIP_CHECK_DISABLED = 1        # re-check everything on every call
+    SKIP_CHECK_DEVICE = 2          # do not re-check that parameters stayed on their device
+    SKIP_CHECK_BUILD_GRADIENT = 4  # trust an attribute proven not to change the graph
+    SKIP_CHECK_EXECUTION_AGENT = 8  # (ORT name kept) reuse engines without re-validating them
+
+
+DEFAULT_SKIPCHECK = (SkipCheck.SKIP_CHECK_DEVICE | SkipCheck.SKIP_CHECK_BUILD_GRADIENT
+                     | SkipCheck.SKIP_CHECK_EXECUTION_AGENT)
+
+
+@dataclass(frozen=True)
+class RecomputePlan:
+    """One ORTMODULE_MEMORY_OPT_CONFIG entry: recompute `count` occurrences (-1: all) of a cluster."""
+
+    cluster: str
+    strategy: int  # 0 none, 1 recompute, 2 recompute with compromise
+    count: int
+
+
+def _invalid(name: str, text: str, valid: str) -> ValueError:
+    return ValueError(f"{name}={text!r} is not valid; {valid}")
+
+
+def _bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _invalid(name, text, f"use one of {', '.join(_TRUE + _FALSE)}")
+
+
+def _opset(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 7 <= value <= 30:
+        raise _invalid(name, text, "use an ONNX opset number such as 18, 20 or 23")
+    return value
+
+
+def _path(name: str, text: str) -> str:
+    if not text.strip():
+        raise _invalid(name, text, "use a directory path")
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def _names(name: str, text: str) -> frozenset[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if not all(part.isidentifier() for part in n.split(".")):
+            raise _invalid(name, text, f"{n!r} is not a fully qualified class name "
+                           "(module.path.ClassName), comma-separated")
+    return frozenset(names)
+
+
+def _memory_level(name: str, text: str) -> int:
+    if text.strip() not in ("0", "1", "2"):
+        raise _invalid(name, text, "use 0 (user config only), 1 (recompute per transformer layer) or "
+                       "2 (also the compromise plans)")
+    return int(text)
+
+
+def _plans(name: str, text: str) -> tuple[RecomputePlan, ...]:
+    """'<cluster>:<strategy 0/1/2>:<count, -1 = all>' comma-separated, or a JSON file holding a
+    list of such strings (ORT's "enable_memory_optimizer_config" list)."""
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    if len(entries) == 1 and entries[0].endswith(".json"):
+        try:
+            with open(entries[0]) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise _invalid(name, text, f"the JSON file could not be read ({e})") from None
+        data = data.get("Recompute", data) if isinstance(data, dict) else data
+        if not isinstance(data, list) or not all(isinstance(e, str) for e in data):
+            raise _invalid(name, text, "the JSON file must hold a list of '<cluster>:<strategy>:<count>'")
+        entries = data
+    plans = []
+    for entry in entries:
+        parts = entry.split(":")
+        ok = len(parts) == 3 and parts[0] and parts[1] in ("0", "1", "2")
+        try:
+            count = int(parts[2]) if ok else 0
+        except ValueError:
+            ok = False
+        if not ok or count < -1:
+            raise _invalid(name, text, f"entry {entry!r} must read '<cluster id>:<strategy 0/1/2>:"
+                           "<count, -1 for all>', e.g. 'Gelu+:1:-1'")
+        plans.append(RecomputePlan(parts[0], int(parts[1]), count))
+    return tuple(plans)
+
+
+def _skipcheck(name: str, text: str) -> SkipCheck:
+    flags = SkipCheck(0)
+    for part in text.split("|"):
+        key = part.strip().upper()
+        if not key:
+            continue
+        if not key.startswith("SKIP_CHECK_"):
+            key = "SKIP_CHECK_" + key
+        if key not in SkipCheck.__members__:
+            raise _invalid(name, text, "use flags joined by '|': " + ", ".join(SkipCheck.__members__))
+        flags |= SkipCheck[key]
+    return flags or DEFAULT_SKIPCHECK
+
+
+def _policy(name: str, text: str) -> FallbackPolicy:
+    return parse_policy(text) or DEFAULT_POLICY
+
+
+def _log_level(name: str, text: str) -> LogLevel:
+    return parse_log_level(text)
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str                              # the environment variable
+    field: str                             # the Settings attribute it fills
+    type: str                              # as the user writes it (for docs and errors)
+    default: object                        # the value when unset or empty
+    parse: Callable[[str, str], object]    # (name, text) -> value; raises ValueError naming both
+    help: str                              # one line for the docs
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("ORTMODULE_ONNX_OPSET_VERSION", "opset", "int", None, _opset,
+             "ONNX opset used for export (default: the exporter's)"),
+    Variable("ORTMODULE_FALLBACK_POLICY", "fallback_policy", "flags", DEFAULT_POLICY, _policy,
+             "which failures run the module in eager PyTorch (FALLBACK_* joined by '|')"),
+    Variable("ORTMODULE_FALLBACK_RETRY", "fallback_retry", "bool", False, _bool,
+             "after a fallback, try the engine again on every call"),
+    Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|INFO|WARNING|ERROR|FATAL", None, _log_level,
+             "overrides DebugOptions.log_level; ranks other than 0 stay quiet at INFO and above"),
+    Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, _path,
+             "directory DebugOptions(save_onnx=True) writes to (default: the current directory)"),
+    Variable("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "enable_custom_autograd", "bool", True, _bool,
+             "run torch.autograd.Function calls as PythonOp nodes (0: let the exporter inline them)"),
+    Variable("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", "disable_custom_autograd", "bool", False, _bool,
+             "older inverse of ORTMODULE_ENABLE_CUSTOM_AUTOGRAD (1 inlines Functions)"),
+    Variable("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", "allow_checkpoint", "bool", False, _bool,
+             "allow torch.utils.checkpoint regions (else a clear error)"),
+    Variable("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "skipped_functions", "comma list", frozenset(), _names,
+             "fully qualified torch.autograd.Function classes the exporter inlines instead"),
+    Variable("ORTMODULE_MEMORY_OPT_LEVEL", "memory_opt_level", "0|1|2", 0, _memory_level,
+             "0 user config only; 1 recompute per transformer layer; 2 also compromise plans"),
+    Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), _plans,
+             "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated"),
+    Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, _bool,
+             "log measured memory before and after forward and backward"),
+    Variable("ORTMODULE_CACHE_DIR", "cache_dir", "path", None, _path,
+             "cache exported graphs on disk: a later process with the same model and schema skips export"),
+    Variable("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", "deepcopy_before_export", "bool", True, _bool,
+             "export a copy of the module (tensors shared) so export never changes its Python state"),
+    Variable("ORTMODULE_SKIPCHECK_POLICY", "skipcheck", "flags", DEFAULT_SKIPCHECK, _skipcheck,
+             "SKIP_CHECK_DISABLED re-checks parameter devices and every attribute change on each call"),
+    Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, _bool,
+             "compute-saving graph rewrites (read by the pass pipeline)"),
+    Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", False, _bool,
+             "fuse attention into PyTorch's fused attention kernels (read by the pass pipeline)"),
+    Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, _bool,
+             "run ops the engine lacks through the ATen dispatcher inside the graph (ours, not ORT's)"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The parsed value of every variable (attribute names: Variable.field)."""
+
+    values: dict
+
+    def __getattr__(self, field: str):
+        try:
+            return self.__dict__["values"][field]
+        except KeyError:
+            raise AttributeError(field) from None
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Settings":
+        environ = os.environ if environ is None else environ
+        values = {}
+        for var in VARIABLES:
+            text = environ.get(var.name, "")
+            values[var.field] = var.parse(var.name, text) if text.strip() else var.default
+        return cls(values)
+
+    @property
+    def custom_autograd(self) -> bool:
+        """Functions run as PythonOp unless either variable switches that off."""
+        return self.enable_custom_autograd and not self.disable_custom_autograd
+
+    def set_explicitly(self, environ=None) -> list[str]:
+        environ = os.environ if environ is None else environ
+        return [v.name for v in VARIABLES if environ.get(v.name, "").strip()]
+
+
+def documentation() -> str:
+    """The markdown table of every variable (the README's list is generated from this)."""
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for v in VARIABLES:
+        default = "unset" if v.default in (None, (), frozenset()) else getattr(v.default, "name", v.default)
+        rows.append(f"| `{v.name}` | {v.type} | {default} | {v.help} |")
+    return "\n".join(rows)

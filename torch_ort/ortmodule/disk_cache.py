@@ -1,0 +1,123 @@
+"""ORTMODULE_CACHE_DIR: exported graphs kept on disk, so a later process with the same model and
+input schema skips torch.onnx.export (the slowest part of the first step).
+
+An entry is two files named by a SHA-256 key: `<key>.onnx` (the graph our engine imports) and
+`<key>.json` (how its inputs and outputs map to the module's: parameter names, output tree, ...).
+Nothing in an entry is code: the JSON is data and the output tree is pytree's JSON form. The key
+covers the versions of torch and torch_ort, the module's structure (repr, the source files of its
+classes, every parameter's and buffer's name, shape and dtype), the training flag, the input
+schema, the opset and the ATen fallback set. An entry that does not parse, whose graph does not
+match its recorded digest, or that names parameters the module lacks is ignored and rewritten.
+Graphs with PythonOp nodes are never cached: their Functions live only in the exporting process.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+
+import torch
+from torch.utils import _pytree as pytree
+
+from torch_ort.ortmodule.exporter import ExportResult
+from torch_ort.ortmodule.options import LOGGER
+
+FORMAT = 1
+
+
+def _class_sources(module: torch.nn.Module) -> list[str]:
+    """'file:mtime:size' of the file defining each submodule class (an edit changes the key)."""
+    out = set()
+    for m in module.modules():
+        try:
+            path = inspect.getsourcefile(type(m)) or ""
+            st = os.stat(path)
+            out.add(f"{path}:{st.st_mtime_ns}:{st.st_size}")
+        except (TypeError, OSError):
+            out.add(type(m).__qualname__)
+    return sorted(out)
+
+
+def cache_key(module: torch.nn.Module, schema, opset, aten_ops) -> str:
+    import torch_ort
+
+    tensors = [(n, tuple(t.shape), str(t.dtype), t.device.type)
+               for n, t in (*module.named_parameters(remove_duplicate=False),
+                            *module.named_buffers(remove_duplicate=False))]
+    text = repr((FORMAT, torch_ort.__version__, torch.__version__, repr(module), _class_sources(module),
+                 tensors, module.training, schema, opset, sorted(aten_ops)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _jsonable(value) -> bool:
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+def store(directory: str, key: str, result: ExportResult, aten_ops: list[str]) -> bool:
+    if result.python_ops:
+        LOGGER.info("ORTMODULE_CACHE_DIR: not caching the graph: it runs Python Functions (%s)",
+                    ", ".join(sorted(set(result.python_ops))))
+        return False
+    constants = [[i, v] for i, v in result.out_constants.items()]
+    try:
+        spec = pytree.treespec_dumps(result.out_spec)
+    except Exception as e:  # an output type pytree cannot serialise
+        LOGGER.info("ORTMODULE_CACHE_DIR: not caching the graph: its output structure cannot be "
+                    "written (%s)", e)
+        return False
+    if not _jsonable(constants):
+        LOGGER.info("ORTMODULE_CACHE_DIR: not caching the graph: it returns non-JSON constants")
+        return False
+    meta = {"format": FORMAT, "onnx_sha256": hashlib.sha256(result.onnx_bytes).hexdigest(),
+            "param_names": result.param_names, "out_spec": spec, "out_constants": constants,
+            "static_dims": result.static_dims, "input_names": result.input_names,
+            "buffer_updates": result.buffer_updates, "aten_ops": aten_ops,
+            "export_seconds": result.seconds}
+    os.makedirs(directory, exist_ok=True)
+    for suffix, data in ((".onnx", result.onnx_bytes), (".json", json.dumps(meta).encode())):
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")  # atomic: rename when complete
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(directory, key + suffix))
+    LOGGER.info("ORTMODULE_CACHE_DIR: stored the exported graph as %s", os.path.join(directory, key))
+    return True
+
+
+def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResult, list[str]] | None:
+    """(the export, its ATen fallback op names), or None when there is no usable entry."""
+    base = os.path.join(directory, key)
+    if not os.path.exists(base + ".json"):
+        return None
+    try:
+        with open(base + ".json", "rb") as f:
+            meta = json.loads(f.read())
+        with open(base + ".onnx", "rb") as f:
+            onnx_bytes = f.read()
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT}")
+        if hashlib.sha256(onnx_bytes).hexdigest() != meta["onnx_sha256"]:
+            raise ValueError("the graph file does not match its recorded digest (truncated or edited)")
+        named = {n for n, _ in (*module.named_parameters(remove_duplicate=False),
+                                *module.named_buffers(remove_duplicate=False))}
+        missing = [n for n in meta["param_names"] if n not in named]
+        if missing:
+            raise ValueError(f"it names parameters the module lacks: {missing[:3]}")
+        result = ExportResult(
+            onnx_bytes=onnx_bytes, raw_model=None, param_names=list(meta["param_names"]),
+            out_spec=pytree.treespec_loads(meta["out_spec"]),
+            static_dims=[list(d) for d in meta["static_dims"]], seconds=0.0,
+            input_names=list(meta["input_names"]), buffer_updates=list(meta["buffer_updates"]),
+            out_constants={int(i): v for i, v in meta["out_constants"]}, from_cache=True)
+        aten_ops = [str(op) for op in meta["aten_ops"]]
+    except Exception as e:  # anything wrong with an entry: say so, export again, overwrite it
+        LOGGER.warning("ORTMODULE_CACHE_DIR: ignoring cache entry %s (%s: %s); exporting again",
+                       base, type(e).__name__, e)
+        return None
+    LOGGER.info("ORTMODULE_CACHE_DIR: loaded the exported graph from %s (export skipped; it took "
+                "%.2fs when it was made)", base, meta.get("export_seconds", 0.0))
+    return result, aten_ops
