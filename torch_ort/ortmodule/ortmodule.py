@@ -92,6 +92,11 @@ class ORTModule(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules[_ORIGINAL], name)
 
+    def _replicate_for_data_parallel(self):
+        # torch.nn.DataParallel replicates modules per GPU; the engine's state is per module.
+        raise TypeError("torch.nn.DataParallel around ORTModule is not supported; use "
+                        "DistributedDataParallel(ORTModule(model)) instead")
+
     def __setattr__(self, name, value):
         """After construction, an attribute that is not ORTModule's own goes to the wrapped module
         and marks the model changed: the next call re-exports (and keeps the engines when the

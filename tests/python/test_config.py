@@ -1,0 +1,206 @@
+"""Every ORTMODULE_* variable and DebugOptions field: one test showing its effect, and invalid
+values refused with the valid ones listed. (Fallback flags: test_fallback_policy.py; custom
+autograd: test_python_op.py; checkpoint: test_checkpoint.py; ATen fallback: test_bad_input.py.)"""
+import contextlib
+import logging
+
+import onnx
+import pytest
+import torch
+
+from torch_ort import DebugOptions, LogLevel, ORTModule
+from torch_ort.ortmodule.config import VARIABLES, RecomputePlan, Settings
+
+ORT_NAMES = {  # ../shared/ORT_REFERENCE.md's table
+    "ORTMODULE_ONNX_OPSET_VERSION", "ORTMODULE_FALLBACK_POLICY", "ORTMODULE_FALLBACK_RETRY",
+    "ORTMODULE_LOG_LEVEL", "ORTMODULE_SAVE_ONNX_PATH", "ORTMODULE_ENABLE_CUSTOM_AUTOGRAD",
+    "ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", "ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT",
+    "ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "ORTMODULE_MEMORY_OPT_LEVEL", "ORTMODULE_MEMORY_OPT_CONFIG",
+    "ORTMODULE_PRINT_MEMORY_STATS", "ORTMODULE_CACHE_DIR", "ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT",
+    "ORTMODULE_SKIPCHECK_POLICY", "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "ORTMODULE_USE_EFFICIENT_ATTENTION",
+}
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1   # Python state the export must not touch when it runs on a copy
+        return self.fc(x).pow(2).mean()
+
+
+@contextlib.contextmanager
+def log_records():
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_ort")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def messages(records, level=logging.DEBUG):
+    return [r.getMessage() for r in records if r.levelno >= level]
+
+
+def test_table_covers_every_ort_variable():
+    assert ORT_NAMES <= {v.name for v in VARIABLES}
+    for v in VARIABLES:
+        assert v.help and v.type and v.field
+
+
+INVALID = {
+    "ORTMODULE_ONNX_OPSET_VERSION": ("eighteen", "opset number"),
+    "ORTMODULE_FALLBACK_POLICY": ("FALLBACK_MAYBE", "FALLBACK_UNSUPPORTED_DATA"),
+    "ORTMODULE_FALLBACK_RETRY": ("sometimes", "true, on, yes, 0"),
+    "ORTMODULE_LOG_LEVEL": ("LOUD", "VERBOSE, INFO, WARNING, ERROR, FATAL"),
+    "ORTMODULE_ENABLE_CUSTOM_AUTOGRAD": ("2", "use one of 1, true"),
+    "ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT": ("maybe", "use one of"),
+    "ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT": ("y", "use one of"),
+    "ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS": ("my-module.Fn", "fully qualified"),
+    "ORTMODULE_MEMORY_OPT_LEVEL": ("3", "0 .user config only"),
+    "ORTMODULE_MEMORY_OPT_CONFIG": ("Gelu+:7:1", "<cluster id>:<strategy 0/1/2>"),
+    "ORTMODULE_PRINT_MEMORY_STATS": ("loud", "use one of"),
+    "ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT": ("deep", "use one of"),
+    "ORTMODULE_SKIPCHECK_POLICY": ("SKIP_CHECK_NOTHING", "SKIP_CHECK_DISABLED"),
+    "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER": ("fast", "use one of"),
+    "ORTMODULE_USE_EFFICIENT_ATTENTION": ("flash", "use one of"),
+    "ORTMODULE_ATEN_FALLBACK": ("never", "use one of"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_value_names_the_variable_and_the_valid_values(monkeypatch, name):
+    text, valid = INVALID[name]
+    monkeypatch.setenv(name, text)
+    with pytest.raises(ValueError, match=name) as info:
+        ORTModule(Small())
+    import re
+    assert re.search(valid, str(info.value)), str(info.value)
+
+
+def test_defaults_when_unset():
+    s = Settings.from_env({})
+    assert s.opset is None and s.fallback_retry is False and s.custom_autograd is True
+    assert s.allow_checkpoint is False and s.deepcopy_before_export is True
+    assert s.memory_opt_level == 0 and s.memory_opt_config == () and s.cache_dir is None
+
+
+def test_opset_version_reaches_the_exported_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORTMODULE_ONNX_OPSET_VERSION", "18")
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path))
+    ours = ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="m"))
+    ours(torch.randn(2, 4)).backward()
+    model = onnx.load(str(tmp_path / "m_torch_exported_training.onnx"))
+    assert {o.domain: o.version for o in model.opset_import}[""] == 18
+
+
+def test_save_onnx_path_holds_the_files(monkeypatch, tmp_path):
+    target = tmp_path / "graphs"
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(target))
+    monkeypatch.chdir(tmp_path)
+    ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="p"))(torch.randn(2, 4)).backward()
+    assert sorted(p.name for p in target.iterdir()) == [
+        "p_optimized_training.onnx", "p_torch_exported_training.onnx", "p_training_training.onnx"]
+    assert not list(tmp_path.glob("p_*.onnx"))
+
+
+def test_debug_options_fields(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ORTModule(Small(), DebugOptions(save_onnx=False, onnx_prefix="q"))(torch.randn(2, 4))
+    assert not list(tmp_path.glob("*.onnx"))          # save_onnx=False writes nothing
+    with pytest.raises(ValueError, match="onnx_prefix"):
+        DebugOptions(save_onnx=True)
+    with pytest.raises(TypeError, match="LogLevel"):
+        DebugOptions(log_level="INFO")
+    with log_records() as records:
+        ORTModule(Small(), DebugOptions(log_level=LogLevel.INFO))(torch.randn(2, 4))
+    assert any("exported Small" in m for m in messages(records, logging.INFO))
+    with log_records() as records:
+        ORTModule(Small(), DebugOptions(log_level=LogLevel.WARNING))(torch.randn(2, 4))
+    assert not any("exported Small" in m for m in messages(records, logging.INFO)
+                   if logging.getLogger("torch_ort").isEnabledFor(logging.INFO))
+
+
+def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "INFO")
+    ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))
+    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.INFO
+    monkeypatch.setenv("RANK", "1")
+    ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))
+    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.ERROR
+    monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "VERBOSE")   # VERBOSE: every rank speaks
+    ORTModule(Small())
+    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.DEBUG
+    monkeypatch.delenv("ORTMODULE_LOG_LEVEL")
+    monkeypatch.delenv("RANK")
+    ORTModule(Small())
+
+
+def test_print_memory_stats(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_PRINT_MEMORY_STATS", "1")
+    ours = ORTModule(Small())
+    with log_records() as records:
+        for _ in range(2):
+            ours(torch.randn(2, 4)).backward()
+    lines = [m for m in messages(records) if m.startswith("[memory]")]
+    phases = [m.split(":")[0].split(" ", 3)[3] for m in lines]
+    assert phases == ["pre-forward", "post-forward", "pre-backward", "post-backward"] * 2, lines
+    assert "step 2" in lines[-1] and "rss" in lines[-1]
+    monkeypatch.delenv("ORTMODULE_PRINT_MEMORY_STATS")
+    quiet = ORTModule(Small())
+    with log_records() as records:
+        quiet(torch.randn(2, 4)).backward()
+    assert not [m for m in messages(records) if m.startswith("[memory]")]
+
+
+SEEN_SELF = []
+
+
+class RecordsSelf(Small):
+    def forward(self, x):
+        SEEN_SELF.append(id(self))  # state outside the module, which torch.export does not restore
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("value, traced_original", [("1", False), ("0", True)])
+def test_deepcopy_before_export_traces_a_copy(monkeypatch, value, traced_original):
+    """torch.export (2.15) already restores the module's own attributes after tracing
+    (model.calls stays 0 either way); the copy also keeps the original out of the trace."""
+    monkeypatch.setenv("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", value)
+    SEEN_SELF.clear()
+    model = RecordsSelf()
+    ours = ORTModule(model)
+    ours(torch.randn(2, 4)).backward()
+    assert SEEN_SELF and (id(model) in SEEN_SELF) == traced_original
+    assert model.calls == 0
+    assert model.fc.weight.grad is not None  # parameters are shared with the copy, not copied
+
+
+@pytest.mark.parametrize("name, value, parsed", [
+    ("ORTMODULE_MEMORY_OPT_LEVEL", "1", 1),
+    ("ORTMODULE_MEMORY_OPT_CONFIG", "Gelu+:1:-1,Dropout+:2:3",
+     (RecomputePlan("Gelu+", 1, -1), RecomputePlan("Dropout+", 2, 3))),
+    ("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "0", False),
+    ("ORTMODULE_USE_EFFICIENT_ATTENTION", "1", True),
+])
+def test_later_stage_variables_are_parsed_and_said_to_be_inactive(monkeypatch, name, value, parsed):
+    monkeypatch.setenv(name, value)
+    field = next(v.field for v in VARIABLES if v.name == name)
+    with log_records() as records:
+        ours = ORTModule(Small())
+    assert getattr(ours._settings, field) == parsed
+    assert any(field in m and "does not act on it yet" in m for m in messages(records, logging.WARNING))
+
+
+def test_memory_opt_config_from_json_file(monkeypatch, tmp_path):
+    path = tmp_path / "plans.json"
+    path.write_text('{"Recompute": ["Gelu+:1:-1"]}')
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_CONFIG", str(path))
+    assert ORTModule(Small())._settings.memory_opt_config == (RecomputePlan("Gelu+", 1, -1),)

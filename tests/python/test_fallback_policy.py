@@ -1,0 +1,161 @@
+"""ORTMODULE_FALLBACK_POLICY: every flag exercised by a model that triggers its failure kind —
+covered: one warning naming the flag, then eager PyTorch; not covered (or FALLBACK_DISABLE): the
+error itself. ORTMODULE_FALLBACK_RETRY, FORCE_TORCH_* and BAD_INITIALIZATION."""
+import warnings
+
+import pytest
+import torch
+
+from test_bad_input import ComplexInput, DataDependentBranch, WithCumsum
+from torch_ort import ORTModule
+from torch_ort.ortmodule import (
+    ORTModuleDeviceException,
+    ORTModuleInitException,
+    ORTModuleIOError,
+    ORTModuleONNXModelException,
+    ORTModuleTorchModelException,
+)
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).pow(2).mean()
+
+
+class Lazy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.LazyLinear(3)
+
+    def forward(self, x):
+        return self.fc(x).pow(2).mean()
+
+
+def _meta():
+    return Small().to("meta"), torch.randn(2, 4, device="meta")
+
+
+# flag, failure kind, (model, input) factory, extra environment
+CASES = {
+    "FALLBACK_UNSUPPORTED_DEVICE": (ORTModuleDeviceException, _meta, {}),
+    "FALLBACK_UNSUPPORTED_DATA": (ORTModuleIOError,
+                                  lambda: (ComplexInput(), torch.randn(3, 4, dtype=torch.cfloat)), {}),
+    "FALLBACK_UNSUPPORTED_TORCH_MODEL": (ORTModuleTorchModelException,
+                                         lambda: (DataDependentBranch(), torch.randn(3, 4)), {}),
+    "FALLBACK_UNSUPPORTED_ONNX_MODEL": (ORTModuleONNXModelException,
+                                        lambda: (WithCumsum(), torch.randn(3, 4)),
+                                        {"ORTMODULE_ATEN_FALLBACK": "0"}),
+}
+
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_flag_falls_back_with_one_warning_naming_it(monkeypatch, flag):
+    kind, make, env = CASES[flag]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
+    model, x = make()
+    ours = ORTModule(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            out = ours(x)
+            assert out.device == x.device
+            torch.testing.assert_close(out, model(x)) if x.device.type != "meta" else None
+    mine = [str(w.message) for w in caught if "torch_ort" in str(w.message)]
+    assert len(mine) == 1 and flag in mine[0], mine
+    assert isinstance(ours._fallback.cause, kind)
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_flag_missing_from_policy_raises_that_kind(monkeypatch, flag):
+    kind, make, env = CASES[flag]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    others = "|".join(f for f in CASES if f != flag)
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", others)
+    model, x = make()
+    with pytest.raises(kind):
+        ORTModule(model)(x)
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_fallback_disable_raises_with_the_cause(monkeypatch, flag):
+    kind, make, env = CASES[flag]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", f"FALLBACK_DISABLE|{flag}")
+    model, x = make()
+    with pytest.raises(kind) as info:
+        ORTModule(model)(x)
+    assert str(info.value)
+
+
+def test_bad_initialization(monkeypatch):
+    with pytest.raises(ORTModuleInitException, match="lazy"):
+        ORTModule(Lazy())  # the default policy does not cover it
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_BAD_INITIALIZATION")
+    with pytest.warns(UserWarning, match="FALLBACK_BAD_INITIALIZATION"):
+        ours = ORTModule(Lazy())
+    ours(torch.randn(2, 5)).backward()  # eager materialises the lazy parameters and trains
+    assert ours.module.fc.weight.grad.shape == (3, 5)
+    assert ours.export_count == 0
+
+
+@pytest.mark.parametrize("flag", ["FALLBACK_FORCE_TORCH_FORWARD", "FALLBACK_FORCE_TORCH_BACKWARD"])
+def test_forced_fallback_runs_eager_from_the_start(monkeypatch, flag):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
+    with pytest.warns(UserWarning, match=flag):
+        ours = ORTModule(Small())
+    ours(torch.randn(2, 4)).backward()
+    assert ours.export_count == 0 and ours.module.fc.weight.grad is not None
+
+
+def test_retry_uses_the_engine_again(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
+
+    class Either(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, z):
+            return self.fc(z.real if z.is_complex() else z).pow(2).mean()
+
+    ours = ORTModule(Either())
+    with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_DATA"):
+        ours(torch.randn(3, 4, dtype=torch.cfloat))   # eager this once
+    ours(torch.randn(3, 4)).backward()                 # the engine again
+    assert ours.export_count == 1
+
+
+def test_without_retry_eager_stays(monkeypatch):
+    class Either(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, z):
+            return self.fc(z.real if z.is_complex() else z).pow(2).mean()
+
+    ours = ORTModule(Either())
+    with pytest.warns(UserWarning):
+        ours(torch.randn(3, 4, dtype=torch.cfloat))
+    ours(torch.randn(3, 4)).backward()
+    assert ours.export_count == 0
+
+
+def test_invalid_policy_lists_valid_flags(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_SOMETIMES")
+    with pytest.raises(ValueError, match="FALLBACK_UNSUPPORTED_DEVICE"):
+        ORTModule(Small())
+
+
+def test_dataparallel_around_ormodule_is_refused():
+    with pytest.raises(TypeError, match="DataParallel"):
+        ORTModule(Small())._replicate_for_data_parallel()
