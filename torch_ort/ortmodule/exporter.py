@@ -35,6 +35,8 @@ class ExportResult:
     python_ops: list[str] = field(default_factory=list)  # Functions run as PythonOp (by name)
     from_cache: bool = False          # loaded from ORTMODULE_CACHE_DIR instead of exported
     stored: bool = False              # written to ORTMODULE_CACHE_DIR
+    attributes_read: frozenset | None = None  # the module's own attributes the trace read (None:
+    #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
 
     def rebuild_outputs(self, tensors) -> object:
         """The module's return value (ModelOutput, dict, tuple, ...) from the graph's outputs."""
@@ -118,6 +120,33 @@ def structural_copy(module: torch.nn.Module):
     return clone, {id(c): o for o, c in zip(module.modules(), clone.modules())}
 
 
+@contextlib.contextmanager
+def _attribute_reads(module: torch.nn.Module):
+    """Records which attributes of `module` itself the trace reads, by giving the object a
+    subclass with a recording __getattribute__ for the duration (the class is restored after)."""
+    reads: set = set()
+    cls = type(module)
+
+    def __getattribute__(self, name, _get=cls.__getattribute__):
+        if self is module:
+            reads.add(name)
+        return _get(self, name)
+
+    try:
+        module.__class__ = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__,
+                                                       "__module__": cls.__module__,
+                                                       "__qualname__": cls.__qualname__})
+    except TypeError:  # a class whose instances cannot change class: reads stay unknown
+        yield reads
+        reads.clear()
+        reads.add(None)
+        return
+    try:
+        yield reads
+    finally:
+        module.__class__ = cls
+
+
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
                   capture: python_op.Capture | None = None, deepcopy: bool = False) -> ExportResult:
@@ -131,7 +160,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
         module, capture.remap = structural_copy(module)
     try:
         with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
-                python_op.opaque_functions(capture, type(module).__name__):
+                python_op.opaque_functions(capture, type(module).__name__), \
+                _attribute_reads(module) as reads:
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
                                         custom_translation_table=table or None,
@@ -183,7 +213,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                           out_spec=ep.call_spec.out_spec, out_constants=out_constants,
                           static_dims=static_dims, seconds=seconds,
                           input_names=[v.name for v in graph.inputs[:n_user]],
-                          buffer_updates=mutations.fqns, python_ops=list(capture.names))
+                          buffer_updates=mutations.fqns, python_ops=list(capture.names),
+                          attributes_read=None if None in reads else frozenset(reads))
     capture.attach(result)  # the registry entries live as long as the graph that names them
     return result
 

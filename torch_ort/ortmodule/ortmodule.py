@@ -41,7 +41,6 @@ class ORTModule(torch.nn.Module):
         self._runners: dict = {}  # (training path, input schema) -> GraphRunner
         self._stale: dict = {}    # runners from before a model change, kept until re-export compares
         self._changed: set = set()   # attributes set since the last call (re-export pending)
-        self._neutral: set = set()   # attributes proven not to change the graph
         self._pending_names: set = set()  # the attributes whose re-export is being compared
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
         self._memory = memory_stats.MemoryReporter() if self._settings.print_memory_stats else None
@@ -105,11 +104,18 @@ class ORTModule(torch.nn.Module):
                 or hasattr(type(self), name):
             return super().__setattr__(name, value)
         setattr(self.module, name, value)
-        if name in self._neutral and isinstance(value, _PLAIN) and \
-                self._settings.skipcheck & SkipCheck.SKIP_CHECK_BUILD_GRADIENT and \
-                not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
-            return  # proven not to change the graph
+        if isinstance(value, _PLAIN) and self._unread(name):
+            LOGGER.debug("attribute %r set: no exported graph read it, nothing to re-export", name)
+            return
         self._changed.add(name)
+
+    def _unread(self, name: str) -> bool:
+        """True when no current export read attribute `name` of the module (so its value cannot
+        change any graph). SKIP_CHECK_DISABLED re-exports on every assignment instead."""
+        if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
+            return False
+        reads = [r.export.attributes_read for r in self._runners.values()]
+        return bool(reads) and all(r is not None and name not in r for r in reads)
 
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
@@ -159,12 +165,8 @@ class ORTModule(torch.nn.Module):
         if old.export.onnx_bytes == runner.export.onnx_bytes and \
                 old.export.param_names == runner.export.param_names:
             runner.adopt_engines(old)
-            plain = {n for n in names if isinstance(getattr(self.module, n, None), _PLAIN)}
-            self._neutral |= plain
-            LOGGER.info("re-export after setting %s: same schema and graph; engines kept%s",
-                        ", ".join(sorted(names)),
-                        "" if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED else
-                        "; later assignments to it do not re-export")
+            LOGGER.info("re-export after setting %s: same schema and graph; engines kept",
+                        ", ".join(sorted(names)))
         else:
             LOGGER.info("re-export after setting %s: the graph changed", ", ".join(sorted(names)))
 
