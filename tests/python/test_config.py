@@ -204,3 +204,12 @@ def test_memory_opt_config_from_json_file(monkeypatch, tmp_path):
     path.write_text('{"Recompute": ["Gelu+:1:-1"]}')
     monkeypatch.setenv("ORTMODULE_MEMORY_OPT_CONFIG", str(path))
     assert ORTModule(Small())._settings.memory_opt_config == (RecomputePlan("Gelu+", 1, -1),)
+
+
+def test_readme_lists_every_variable_as_the_table_defines_it():
+    import pathlib
+
+    from torch_ort.ortmodule.config import documentation
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert documentation() in readme, "regenerate the README table from config.documentation()"

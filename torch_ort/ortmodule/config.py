@@ -168,21 +168,24 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "skipped_functions", "comma list", frozenset(), _names,
              "fully qualified torch.autograd.Function classes the exporter inlines instead"),
     Variable("ORTMODULE_MEMORY_OPT_LEVEL", "memory_opt_level", "0|1|2", 0, _memory_level,
-             "0 user config only; 1 recompute per transformer layer; 2 also compromise plans"),
+             "0 user config only; 1 recompute per transformer layer; 2 also compromise plans "
+             "(validated; the recompute optimizer is not built yet and says so)"),
     Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), _plans,
-             "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated"),
+             "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated "
+             "(validated; not acted on yet)"),
     Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, _bool,
              "log measured memory before and after forward and backward"),
     Variable("ORTMODULE_CACHE_DIR", "cache_dir", "path", None, _path,
              "cache exported graphs on disk: a later process with the same model and schema skips export"),
     Variable("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", "deepcopy_before_export", "bool", True, _bool,
-             "export a copy of the module (tensors shared) so export never changes its Python state"),
+             "trace a structural copy of the module (parameters and buffers shared, not copied)"),
     Variable("ORTMODULE_SKIPCHECK_POLICY", "skipcheck", "flags", DEFAULT_SKIPCHECK, _skipcheck,
-             "SKIP_CHECK_DISABLED re-checks parameter devices and every attribute change on each call"),
+             "SKIP_CHECK_DISABLED: check parameter devices on every call and re-export on every "
+             "attribute assignment (default: devices checked at export; unread attributes ignored)"),
     Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, _bool,
-             "compute-saving graph rewrites (read by the pass pipeline)"),
+             "compute-saving graph rewrites (validated; no such rewrite exists yet)"),
     Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", False, _bool,
-             "fuse attention into PyTorch's fused attention kernels (read by the pass pipeline)"),
+             "fuse attention into PyTorch's fused attention kernels (validated; not acted on yet)"),
     Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, _bool,
              "run ops the engine lacks through the ATen dispatcher inside the graph (ours, not ORT's)"),
 )
@@ -223,6 +226,12 @@ def documentation() -> str:
     """The markdown table of every variable (the README's list is generated from this)."""
     rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for v in VARIABLES:
-        default = "unset" if v.default in (None, (), frozenset()) else getattr(v.default, "name", v.default)
-        rows.append(f"| `{v.name}` | {v.type} | {default} | {v.help} |")
+        if v.default in (None, (), frozenset()):
+            default = "unset"
+        elif isinstance(v.default, bool):
+            default = str(int(v.default))
+        else:
+            default = getattr(v.default, "name", None) or str(v.default)
+        cells = (f"`{v.name}`", v.type, default, v.help)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)
