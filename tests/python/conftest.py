@@ -1,5 +1,6 @@
 """Shared fixtures: models and a strict fallback policy (nothing may silently run in eager)."""
 import copy
+import logging
 
 import pytest
 import torch
@@ -10,6 +11,19 @@ import torch.nn.functional as F
 def strict(monkeypatch):
     """Any engine failure raises instead of falling back to eager PyTorch."""
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+@pytest.fixture
+def torch_ort_log():
+    """Every record the torch_ort logger emits during the test, at any level it lets through
+    (DEBUG and up while the test runs; ORTModule construction resets the level)."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_ort")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
 
 
 class MLPClassifier(torch.nn.Module):

@@ -1,7 +1,6 @@
 """Every ORTMODULE_* variable and DebugOptions field: one test showing its effect, and invalid
 values refused with the valid ones listed. (Fallback flags: test_fallback_policy.py; custom
 autograd: test_python_op.py; checkpoint: test_checkpoint.py; ATen fallback: test_bad_input.py.)"""
-import contextlib
 import logging
 
 import onnx
@@ -30,19 +29,6 @@ class Small(torch.nn.Module):
     def forward(self, x):
         self.calls += 1   # Python state the export must not touch when it runs on a copy
         return self.fc(x).pow(2).mean()
-
-
-@contextlib.contextmanager
-def log_records():
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("torch_ort")
-    logger.addHandler(handler)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
 
 
 def messages(records, level=logging.DEBUG):
@@ -111,7 +97,7 @@ def test_save_onnx_path_holds_the_files(monkeypatch, tmp_path):
     assert not list(tmp_path.glob("p_*.onnx"))
 
 
-def test_debug_options_fields(tmp_path, monkeypatch):
+def test_debug_options_fields(tmp_path, monkeypatch, torch_ort_log):
     monkeypatch.chdir(tmp_path)
     ORTModule(Small(), DebugOptions(save_onnx=False, onnx_prefix="q"))(torch.randn(2, 4))
     assert not list(tmp_path.glob("*.onnx"))          # save_onnx=False writes nothing
@@ -119,13 +105,11 @@ def test_debug_options_fields(tmp_path, monkeypatch):
         DebugOptions(save_onnx=True)
     with pytest.raises(TypeError, match="LogLevel"):
         DebugOptions(log_level="INFO")
-    with log_records() as records:
-        ORTModule(Small(), DebugOptions(log_level=LogLevel.INFO))(torch.randn(2, 4))
-    assert any("exported Small" in m for m in messages(records, logging.INFO))
-    with log_records() as records:
-        ORTModule(Small(), DebugOptions(log_level=LogLevel.WARNING))(torch.randn(2, 4))
-    assert not any("exported Small" in m for m in messages(records, logging.INFO)
-                   if logging.getLogger("torch_ort").isEnabledFor(logging.INFO))
+    ORTModule(Small(), DebugOptions(log_level=LogLevel.INFO))(torch.randn(2, 4))
+    assert any("exported Small" in m for m in messages(torch_ort_log, logging.INFO))
+    torch_ort_log.clear()
+    ORTModule(Small(), DebugOptions(log_level=LogLevel.WARNING))(torch.randn(2, 4))
+    assert not any("exported Small" in m for m in messages(torch_ort_log))  # silenced at WARNING
 
 
 def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
@@ -143,21 +127,20 @@ def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
     ORTModule(Small())
 
 
-def test_print_memory_stats(monkeypatch):
+def test_print_memory_stats(monkeypatch, torch_ort_log):
     monkeypatch.setenv("ORTMODULE_PRINT_MEMORY_STATS", "1")
     ours = ORTModule(Small())
-    with log_records() as records:
-        for _ in range(2):
-            ours(torch.randn(2, 4)).backward()
-    lines = [m for m in messages(records) if m.startswith("[memory]")]
+    for _ in range(2):
+        ours(torch.randn(2, 4)).backward()
+    lines = [m for m in messages(torch_ort_log) if m.startswith("[memory]")]
     phases = [m.split(":")[0].split(" ", 3)[3] for m in lines]
     assert phases == ["pre-forward", "post-forward", "pre-backward", "post-backward"] * 2, lines
     assert "step 2" in lines[-1] and "rss" in lines[-1]
     monkeypatch.delenv("ORTMODULE_PRINT_MEMORY_STATS")
     quiet = ORTModule(Small())
-    with log_records() as records:
-        quiet(torch.randn(2, 4)).backward()
-    assert not [m for m in messages(records) if m.startswith("[memory]")]
+    torch_ort_log.clear()
+    quiet(torch.randn(2, 4)).backward()
+    assert not [m for m in messages(torch_ort_log) if m.startswith("[memory]")]
 
 
 SEEN_SELF = []
@@ -190,13 +173,13 @@ def test_deepcopy_before_export_traces_a_copy(monkeypatch, value, traced_origina
     ("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "0", False),
     ("ORTMODULE_USE_EFFICIENT_ATTENTION", "1", True),
 ])
-def test_later_stage_variables_are_parsed_and_said_to_be_inactive(monkeypatch, name, value, parsed):
+def test_later_stage_variables_are_parsed_and_said_to_be_inactive(monkeypatch, torch_ort_log,
+                                                                  name, value, parsed):
     monkeypatch.setenv(name, value)
     field = next(v.field for v in VARIABLES if v.name == name)
-    with log_records() as records:
-        ours = ORTModule(Small())
+    ours = ORTModule(Small())
     assert getattr(ours._settings, field) == parsed
-    assert any(field in m and "does not act on it yet" in m for m in messages(records, logging.WARNING))
+    assert any(name in m and "does not act on it yet" in m for m in messages(torch_ort_log, logging.WARNING))
 
 
 def test_memory_opt_config_from_json_file(monkeypatch, tmp_path):

@@ -26,6 +26,17 @@ class Small(torch.nn.Module):
         return self.fc(x).pow(2).mean()
 
 
+class Either(torch.nn.Module):
+    """Complex input: eager only; real input: the engine."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, z):
+        return self.fc(z.real if z.is_complex() else z).pow(2).mean()
+
+
 class Lazy(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -119,14 +130,6 @@ def test_forced_fallback_runs_eager_from_the_start(monkeypatch, flag):
 def test_retry_uses_the_engine_again(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
 
-    class Either(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(4, 2)
-
-        def forward(self, z):
-            return self.fc(z.real if z.is_complex() else z).pow(2).mean()
-
     ours = ORTModule(Either())
     with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_DATA"):
         ours(torch.randn(3, 4, dtype=torch.cfloat))   # eager this once
@@ -135,14 +138,6 @@ def test_retry_uses_the_engine_again(monkeypatch):
 
 
 def test_without_retry_eager_stays(monkeypatch):
-    class Either(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(4, 2)
-
-        def forward(self, z):
-            return self.fc(z.real if z.is_complex() else z).pow(2).mean()
-
     ours = ORTModule(Either())
     with pytest.warns(UserWarning):
         ours(torch.randn(3, 4, dtype=torch.cfloat))

@@ -1,11 +1,10 @@
 """Setting an attribute through ORTModule re-exports on the next call when the graph could depend
 on it; an attribute no export read (a step counter set every step) never re-exports."""
-import contextlib
-import logging
-
 import torch
 
-from torch_ort import ORTModule
+from torch_ort import DebugOptions, LogLevel, ORTModule
+
+INFO = DebugOptions(log_level=LogLevel.INFO)
 
 
 class Net(torch.nn.Module):
@@ -23,22 +22,6 @@ class Net(torch.nn.Module):
         return h.pow(2).mean()
 
 
-@contextlib.contextmanager
-def info_log():
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("torch_ort")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-
-
 def test_unread_attribute_set_every_step_never_reexports(strict):
     ours = ORTModule(Net())
     for i in range(10):
@@ -48,29 +31,27 @@ def test_unread_attribute_set_every_step_never_reexports(strict):
     assert (ours.export_count, ours.engine_build_count) == (1, 1)
 
 
-def test_read_attribute_reexports_and_changes_the_result(strict):
+def test_read_attribute_reexports_and_changes_the_result(strict, torch_ort_log):
     torch.manual_seed(0)
     eager = Net()
-    ours = ORTModule(Net())
+    ours = ORTModule(Net(), INFO)
     ours.load_state_dict(eager.state_dict())
     x = torch.randn(3, 4)
     torch.testing.assert_close(ours(x), eager(x))
     ours.scale = 3.0
     eager.scale = 3.0
-    with info_log() as records:
-        torch.testing.assert_close(ours(x), eager(x))
+    torch.testing.assert_close(ours(x), eager(x))
     assert ours.export_count == 2
-    assert any("graph changed" in r.getMessage() for r in records)
+    assert any("graph changed" in r.getMessage() for r in torch_ort_log)
 
 
-def test_read_attribute_with_same_graph_keeps_engines_and_says_so(strict):
-    ours = ORTModule(Net())
+def test_read_attribute_with_same_graph_keeps_engines_and_says_so(strict, torch_ort_log):
+    ours = ORTModule(Net(), INFO)
     ours(torch.randn(3, 4)).backward()
-    with info_log() as records:
-        ours.threshold = 11
-        ours(torch.randn(3, 4)).backward()
+    ours.threshold = 11
+    ours(torch.randn(3, 4)).backward()
     assert ours.export_count == 2 and ours.engine_build_count == 1
-    assert any("same schema and graph; engines kept" in r.getMessage() for r in records)
+    assert any("same schema and graph; engines kept" in r.getMessage() for r in torch_ort_log)
     ours.threshold = 1000  # now the branch is taken: the graph must follow
     torch.testing.assert_close(ours(torch.zeros(1, 4)), ((ours.module.fc.bias * 2 + 1) ** 2).mean())
 

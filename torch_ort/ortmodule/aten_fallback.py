@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from torch_ort.ortmodule.exporter import ExportResult, export_module
+from torch_ort.ortmodule.exporter import ExportResult, exception_chain, export_module
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.translations.aten_fallback import (
@@ -76,14 +76,6 @@ class AtenFallback:
         return new
 
 
-def _exception_chain(error: BaseException):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
 _TRANSLATING = re.compile(r"Error when translating node %(\w+) ")
 _NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 
@@ -93,7 +85,7 @@ def _failed_translation(error: BaseException, name: str):
     node's meta keeps the ATen op a decomposition started from (digamma -> prims.digamma), and
     its graph shows every other node the same export would fail on next."""
     node = registry = None
-    for exc in _exception_chain(error):
+    for exc in exception_chain(error):
         tb = exc.__traceback__
         while tb is not None:
             local = tb.tb_frame.f_locals
@@ -112,7 +104,7 @@ def ops_from_export_error(error: BaseException) -> dict:
     """{overload: why} for the ops a failed export could not translate: the failing node's, and
     (when the exporter's registry is at hand) every other untranslatable node of its graph, so
     one re-export covers them all. {} when the export failed for another reason."""
-    messages = [str(e) for e in _exception_chain(error)]
+    messages = [str(e) for e in exception_chain(error)]
     translating = next((m for m in map(_TRANSLATING.match, messages) if m), None)
     if translating is None:
         return {}  # failed before translation (tracing, data-dependent control flow): not ours to fix
@@ -175,7 +167,7 @@ def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_exp
                 continue
             # Say why the ATen fallback could not take over (the exporter's own text is long).
             why = [aten.rejected[op] for op in found if op in aten.rejected]
-            why += [str(e) for e in _exception_chain(error) if isinstance(e, UnencodableArgumentError)]
+            why += [str(e) for e in exception_chain(error) if isinstance(e, UnencodableArgumentError)]
             if why:
                 raise ORTModuleTorchModelException(f"torch.onnx.export failed: {why[0]}") from error
             raise

@@ -170,7 +170,7 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
         capture.discard()
         LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
-        refused = next((x for x in _chain(e) if isinstance(x, python_op.CheckpointNotAllowedError)), None)
+        refused = next((x for x in exception_chain(e) if isinstance(x, python_op.CheckpointNotAllowedError)), None)
         if refused is not None:
             raise python_op.CheckpointNotAllowedError(str(refused)) from None
         raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
@@ -219,7 +219,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     return result
 
 
-def _chain(error: BaseException):
+def exception_chain(error: BaseException):
+    """The error, then its causes and contexts, each once."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))

@@ -1,13 +1,15 @@
 """ORTModule: a drop-in nn.Module whose forward and backward run through the torch_ort engine."""
 from __future__ import annotations
 
+import os
+
 import torch
 from torch.utils import _pytree as pytree
 
 from torch_ort.ortmodule import hf, memory_stats, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback
 from torch_ort.ortmodule.bridge import EngineFunction
-from torch_ort.ortmodule.config import Settings, SkipCheck
+from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
     ORTModuleDeviceException,
@@ -21,6 +23,8 @@ from torch_ort.ortmodule.runner import GraphRunner, input_schema
 _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
 _PLAIN = (int, float, bool, str, type(None))  # attribute values that may leave the graph alone
+# Variables a later stage will act on (memory optimizer, compute optimizer, fused attention).
+_NOT_ACTED_ON = ("memory_opt_level", "memory_opt_config", "compute_optimizer", "efficient_attention")
 
 
 class ORTModule(torch.nn.Module):
@@ -68,17 +72,10 @@ class ORTModule(torch.nn.Module):
             self._fallback.handle(error)
         if self._fallback.forced:
             self._fallback.warn_forced()
-        ignored = [v for v in ("memory_opt_level", "memory_opt_config", "compute_optimizer",
-                               "efficient_attention") if v in self._explicit()]
-        for name in ignored:
-            LOGGER.warning("%s is set; it is parsed and validated, but this build does not act on it "
-                           "yet", name)
-
-    def _explicit(self) -> set:
-        from torch_ort.ortmodule.config import VARIABLES
-        import os
-
-        return {v.field for v in VARIABLES if os.environ.get(v.name, "").strip()}
+        for var in VARIABLES:
+            if var.field in _NOT_ACTED_ON and os.environ.get(var.name, "").strip():
+                LOGGER.warning("%s is set; it is parsed and validated, but this build does not act on "
+                               "it yet", var.name)
 
     # --- the original module shows through -------------------------------------------------
     @property
