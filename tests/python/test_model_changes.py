@@ -73,3 +73,16 @@ def test_replacing_a_submodule_trains_the_new_parameters(strict):
     assert ours.module.fc is new
     ours(torch.randn(3, 4)).backward()
     assert new.weight.grad is not None and ours.export_count == 2
+
+
+def test_new_module_or_tensor_always_reexports(strict):
+    """A module or tensor may join the graph without its name being read (nn.Sequential iterates
+    _modules): those assignments re-export even when no export read the name."""
+    ours = ORTModule(Net())
+    ours(torch.randn(3, 4)).backward()
+    ours.extra = torch.nn.Linear(2, 2)
+    ours(torch.randn(3, 4)).backward()
+    assert ours.export_count == 2
+    ours.note = ("not", "read")  # any other value on an unread name: nothing to do
+    ours(torch.randn(3, 4)).backward()
+    assert ours.export_count == 2 and ours.module.note == ("not", "read")

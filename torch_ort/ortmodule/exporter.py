@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import io
 import logging
@@ -122,23 +123,32 @@ def structural_copy(module: torch.nn.Module):
 
 @contextlib.contextmanager
 def _attribute_reads(module: torch.nn.Module):
-    """Records which attributes of `module` itself the trace reads, by giving the object a
-    subclass with a recording __getattribute__ for the duration (the class is restored after)."""
+    """Records which attributes of `module` itself its forward reads while traced, by giving the
+    object a subclass (restored after) whose __getattribute__ records, while forward runs: the
+    exporter's own bookkeeping (it snapshots __dict__) is not the model reading its state."""
     reads: set = set()
+    inside = [0]
     cls = type(module)
 
     def __getattribute__(self, name, _get=cls.__getattribute__):
-        if self is module:
+        if inside[0] and self is module:
             reads.add(name)
         return _get(self, name)
 
+    @functools.wraps(cls.forward)
+    def forward(self, *args, **kwargs):
+        inside[0] += 1
+        try:
+            return cls.forward(self, *args, **kwargs)
+        finally:
+            inside[0] -= 1
+
     try:
-        module.__class__ = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__,
-                                                       "__module__": cls.__module__,
-                                                       "__qualname__": cls.__qualname__})
+        module.__class__ = type(cls.__name__, (cls,), {
+            "__getattribute__": __getattribute__, "forward": forward,
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
     except TypeError:  # a class whose instances cannot change class: reads stay unknown
         yield reads
-        reads.clear()
         reads.add(None)
         return
     try:

@@ -22,7 +22,6 @@ from torch_ort.ortmodule.runner import GraphRunner, input_schema
 
 _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
-_PLAIN = (int, float, bool, str, type(None))  # attribute values that may leave the graph alone
 # Variables a later stage will act on (memory optimizer, compute optimizer, fused attention).
 _NOT_ACTED_ON = ("memory_opt_level", "memory_opt_config", "compute_optimizer", "efficient_attention")
 
@@ -96,12 +95,13 @@ class ORTModule(torch.nn.Module):
     def __setattr__(self, name, value):
         """After construction, an attribute that is not ORTModule's own goes to the wrapped module
         and marks the model changed: the next call re-exports (and keeps the engines when the
-        graph comes out the same)."""
+        graph comes out the same). A value that is not a module or tensor, set on an attribute no
+        export read, cannot change any graph: nothing happens."""
         if "_initialized" not in self.__dict__ or name in self.__dict__ or name == "training" \
                 or hasattr(type(self), name):
             return super().__setattr__(name, value)
         setattr(self.module, name, value)
-        if isinstance(value, _PLAIN) and self._unread(name):
+        if not isinstance(value, (torch.nn.Module, torch.Tensor)) and self._unread(name):
             LOGGER.debug("attribute %r set: no exported graph read it, nothing to re-export", name)
             return
         self._changed.add(name)
@@ -112,6 +112,8 @@ class ORTModule(torch.nn.Module):
         if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
             return False
         reads = [r.export.attributes_read for r in self._runners.values()]
+        # (A forward that reads self.__dict__[name] directly is not seen; nn.Module itself reads
+        # __dict__ on every submodule access, so that read cannot count as reading everything.)
         return bool(reads) and all(r is not None and name not in r for r in reads)
 
     def state_dict(self, *args, **kwargs):
