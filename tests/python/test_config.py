@@ -196,3 +196,20 @@ def test_readme_lists_every_variable_as_the_table_defines_it():
 
     readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
     assert documentation() in readme, "regenerate the README table from config.documentation()"
+
+
+@pytest.mark.parametrize("policy, checked", [("SKIP_CHECK_DISABLED", True), ("", False)])
+def test_skipcheck_policy_device_check_per_call(monkeypatch, policy, checked):
+    from torch_ort.ortmodule import ORTModuleDeviceException
+
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    monkeypatch.setenv("ORTMODULE_SKIPCHECK_POLICY", policy)
+    ours = ORTModule(Small())
+    ours(torch.randn(2, 4)).backward()
+    ours.module.to("meta")  # the parameters move after the engine was built
+    if checked:
+        with pytest.raises(ORTModuleDeviceException, match="meta"):
+            ours(torch.randn(2, 4))
+    else:  # not re-checked by ORTModule: the engine meets the meta parameters and says so
+        with pytest.raises(TypeError, match="'fc.weight' is on meta"):
+            ours(torch.randn(2, 4))

@@ -43,6 +43,13 @@ def _load_extension():
     return _C
 
 
+def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
+    """(the owning module's _parameters or _buffers dict, the local name) of a parameter/buffer."""
+    owner_name, _, name = fqn.rpartition(".")
+    owner = module.get_submodule(owner_name)
+    return (owner._parameters if name in owner._parameters else owner._buffers), name
+
+
 class GraphRunner:
     """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
     per export, re-exports for the ATen fallback included."""
@@ -74,11 +81,15 @@ class GraphRunner:
             capture = python_op.Capture(st.custom_autograd, st.allow_checkpoint, st.skipped_functions)
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
                                                self._on_export, capture, st.deepcopy_before_export)
-        named = dict(self._module.named_parameters(remove_duplicate=False))
-        named.update(dict(self._module.named_buffers(remove_duplicate=False)))
-        self.params = [named[n] for n in self.export.param_names]  # bound by position, zero copy
+        self._slots = [_slot(self._module, n) for n in self.export.param_names]
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
+
+    @property
+    def params(self) -> list:
+        """The live parameters and buffers the graph's trailing inputs bind to (zero copy), read
+        from their modules at every call: `module.to(...)` may replace Parameter objects."""
+        return [table[name] for table, name in self._slots]
 
     def adopt_engines(self, old: "GraphRunner") -> None:
         """Engines of an identical graph (same bytes, same parameter names) stay valid: they bind
