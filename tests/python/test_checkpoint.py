@@ -7,7 +7,7 @@ import torch
 import torch.utils.checkpoint as cp
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule.python_op import CheckpointNotAllowedError
+from torch_ort.ortmodule import CheckpointNotAllowedError
 
 
 class Block(torch.nn.Module):

@@ -9,10 +9,11 @@ from torch_ort.ortmodule.fallback import (
     ORTModuleTorchModelException,
 )
 from torch_ort.ortmodule.options import DebugOptions, LogLevel
+from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
 
 __all__ = [
     "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
-    "ORTModuleONNXModelException", "ORTModuleInitException",
+    "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import buffers, python_op, translations
+from torch_ort.ortmodule import buffers, python_op_export, translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
@@ -159,18 +159,18 @@ def _attribute_reads(module: torch.nn.Module):
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
-                  capture: python_op.Capture | None = None, deepcopy: bool = False) -> ExportResult:
+                  capture: python_op_export.Capture | None = None, deepcopy: bool = False) -> ExportResult:
     """extra_translations (ATen fallback ops) take precedence over translations.TABLE; `capture`
-    says how torch.autograd.Functions export (python_op.py); `deepcopy` exports a structural copy
+    says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a structural copy
     so that the trace never changes the module's own Python state."""
     start = time.perf_counter()
     table = {**translations.TABLE, **(extra_translations or {})}
-    capture = python_op.Capture(True, False, frozenset()) if capture is None else capture.fresh()
+    capture = python_op_export.Capture(True, False, frozenset()) if capture is None else capture.fresh()
     if deepcopy:
         module, capture.remap = structural_copy(module)
     try:
         with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
-                python_op.opaque_functions(capture, type(module).__name__), \
+                python_op_export.opaque_functions(capture, type(module).__name__), \
                 _attribute_reads(module) as reads:
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
@@ -180,9 +180,9 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
         capture.discard()
         LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
-        refused = next((x for x in exception_chain(e) if isinstance(x, python_op.CheckpointNotAllowedError)), None)
+        refused = next((x for x in exception_chain(e) if isinstance(x, python_op_export.CheckpointNotAllowedError)), None)
         if refused is not None:
-            raise python_op.CheckpointNotAllowedError(str(refused)) from None
+            raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
         raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
 
     buffers.check_kept(ep, mutations)

@@ -1,55 +1,29 @@
-"""PythonOp: user torch.autograd.Functions stay opaque through export and run their own forward
-and backward at run time.
+"""PythonOp: user torch.autograd.Functions run their own forward and backward inside the engine.
 
-While ORTModule exports, `opaque_functions()` intercepts `Function.apply`. Each call of a user
-Function becomes one `com.torch_ort::PythonOp` node (torch.onnx.ops.symbolic_multi_out) whose
-inputs are the call's tensors and whose attributes are only a registry id and a name. The
-Function class, its non-tensor arguments and how many results it returns stay in this process's
-registry (a CallSite per id), so a model file never names Python to import or run: an id this
-process did not register is an error.
-
-Output dtypes and shapes come from a probe run of the real forward on the export's fake tensors
-(symbolic dims), or, if the Function cannot run on fake tensors (numpy, a custom kernel), on random
-tensors of the traced sizes. The probe also learns which inputs the Function modifies in place
-(ctx.mark_dirty): those are cloned before each call, so the graph stays functional.
+Each call of a user Function inside the exported module becomes one `com.torch_ort::PythonOp`
+node (python_op_export.py) whose attributes are only a registry id and a name. The Function class,
+its non-tensor arguments and how many results it returns stay in this process's registry (a
+CallSite per id), so a model file never names Python to import or run: an id this process did not
+register is an error.
 
 At run time the PythonOp kernel calls `run(func_id, args, record)`: apply() itself, so
 `ctx.save_for_backward`, `needs_input_grad`, `mark_non_differentiable`, `mark_dirty`, non-tensor
-arguments and None gradients behave as in eager; the ATenOpGrad kernel's autograd.grad over the
-recorded results then calls the Function's backward exactly once.
-
-torch.utils.checkpoint regions raise CheckpointNotAllowedError unless
-ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1; allowed, they run as a PythonOp of torch's reentrant
-CheckpointFunction (recompute in backward, as in eager), or inline when custom autograd is off.
+arguments and None gradients behave as in eager; the ATenOpGrad kernel's backward over the
+recorded results then calls the Function's backward exactly once. Inputs the Function modifies in
+place (learnt at export) are cloned first, so the graph stays functional.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import threading
-import types
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-import torch.utils.checkpoint as checkpoint_module
-from torch.utils import _pytree as pytree
-
-from torch_ort.ortmodule.fallback import ORTModuleError, FallbackPolicy
-from torch_ort.ortmodule.options import LOGGER
 
 DOMAIN_OP = "com.torch_ort::PythonOp"
 _FUNCTION = torch.autograd.Function
 _ORIGINAL_APPLY = _FUNCTION.__dict__["apply"]
-_ORIGINAL_CHECKPOINT = checkpoint_module._checkpoint_impl
-
-
-class CheckpointNotAllowedError(ORTModuleError):
-    """torch.utils.checkpoint inside an ORTModule without ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1.
-    No fallback flag covers it: it always raises, saying how to allow it."""
-
-    policy = FallbackPolicy(0)
 
 
 def original_apply(cls, *args, **kwargs):
@@ -79,17 +53,24 @@ _IDS = itertools.count(1)
 _STATE = threading.local()  # .depth: inside a probe or a run (nested Functions run as they are)
 
 
-def _depth() -> int:
+def depth() -> int:
     return getattr(_STATE, "depth", 0)
 
 
 @contextlib.contextmanager
-def _nested():
-    _STATE.depth = _depth() + 1
+def nested():
+    _STATE.depth = depth() + 1
     try:
         yield
     finally:
         _STATE.depth -= 1
+
+
+def register(site: CallSite) -> int:
+    """A new registry id for one exported call of a Function."""
+    func_id = next(_IDS)
+    _SITES[func_id] = site
+    return func_id
 
 
 def release(ids) -> None:
@@ -110,14 +91,14 @@ def run(func_id: int, args: list, record: bool) -> list:
                            "only run Functions exported by this process's ORTModules")
     tensors = [t.clone() if i in site.dirty and t is not None else t for i, t in enumerate(args)]
     try:
-        with _nested(), (torch.enable_grad() if record else torch.no_grad()):
+        with nested(), (torch.enable_grad() if record else torch.no_grad()):
             out = original_apply(site.function, *site.arguments(tensors), **site.kwargs)
     except BaseException as e:
         _STATE.error = e  # re-raised as itself by take_error()
         raise
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(outs) != site.num_outputs or not all(isinstance(o, torch.Tensor) for o in outs):
-        raise RuntimeError(f"PythonOp {site.name}: forward returned {_describe(out)}; at export it "
+        raise RuntimeError(f"PythonOp {site.name}: forward returned {describe(out)}; at export it "
                            f"returned {site.num_outputs} tensor(s)")
     return outs
 
@@ -143,219 +124,10 @@ def errors_as_raised():
         raise original.with_traceback(original.__traceback__) from engine_error
 
 
-def _describe(out) -> str:
+def describe(out) -> str:
     if isinstance(out, (tuple, list)):
         return f"{len(out)} values ({', '.join(type(o).__name__ for o in out)})"
     return f"a {type(out).__name__}"
-
-
-# --- export time -----------------------------------------------------------------------------
-@dataclass
-class Capture:
-    """What one export registered; `ids` are released when the export result is dropped."""
-
-    custom_autograd: bool
-    allow_checkpoint: bool
-    skipped: frozenset
-    remap: dict = field(default_factory=dict)  # id(copied module) -> original (deepcopy export)
-    ids: list = field(default_factory=list)
-    names: list = field(default_factory=list)
-
-    def fresh(self) -> "Capture":
-        """The same options with nothing registered yet (one per export)."""
-        return Capture(self.custom_autograd, self.allow_checkpoint, self.skipped)
-
-    def attach(self, owner) -> None:
-        if self.ids:
-            weakref.finalize(owner, release, list(self.ids))
-
-    def discard(self) -> None:
-        release(self.ids)
-        self.ids.clear()
-
-
-def _checkpoint_error(module_hint: str) -> CheckpointNotAllowedError:
-    return CheckpointNotAllowedError(
-        f"torch.utils.checkpoint is used inside {module_hint}; ORTModule runs checkpointed regions "
-        "only when ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1 (they then recompute in backward as in "
-        "eager), or remove the checkpoint call")
-
-
-@contextlib.contextmanager
-def opaque_functions(capture: Capture, module_name: str):
-    """Within this block (one export), Function.apply emits PythonOp nodes (see module doc)."""
-
-    def apply(cls, *args, **kwargs):
-        if _depth() or not _tracing():
-            return original_apply(cls, *args, **kwargs)
-        if cls is checkpoint_module.CheckpointFunction:
-            if not capture.allow_checkpoint:
-                raise _checkpoint_error(module_name)
-        elif cls.__module__.startswith("torch."):
-            return original_apply(cls, *args, **kwargs)  # torch's own (custom ops' autograd, ...)
-        if not capture.custom_autograd or qualified_name(cls) in capture.skipped:
-            return original_apply(cls, *args, **kwargs)  # the exporter inlines its forward
-        return _emit(capture, cls, args, kwargs)
-
-    def checkpoint_impl(function, args, kwargs, **options):
-        if not capture.allow_checkpoint:
-            raise _checkpoint_error(module_name)
-        if capture.custom_autograd and not kwargs and options.get("use_reentrant") is False:
-            # Non-reentrant checkpoint recomputes the same way; run it as the reentrant Function.
-            keep_rng = options.get("preserve_rng_state", True)
-            return checkpoint_module.CheckpointFunction.apply(function, keep_rng, *args)
-        return _ORIGINAL_CHECKPOINT(function, args, kwargs, **options)
-
-    _FUNCTION.apply = classmethod(apply)
-    checkpoint_module._checkpoint_impl = checkpoint_impl
-    try:
-        yield capture
-    finally:
-        _FUNCTION.apply = _ORIGINAL_APPLY
-        checkpoint_module._checkpoint_impl = _ORIGINAL_CHECKPOINT
-
-
-def _tracing() -> bool:
-    """True while torch.export traces (a proxy mode is active)."""
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode
-
-    return get_proxy_mode() is not None
-
-
-def _remap(value, remap: dict):
-    """A constant argument that names a module of the exported copy names the original instead."""
-    if isinstance(value, torch.nn.Module):
-        return remap.get(id(value), value)
-    if isinstance(value, types.MethodType) and id(value.__self__) in remap:
-        return types.MethodType(value.__func__, remap[id(value.__self__)])
-    if isinstance(value, functools.partial):
-        return functools.partial(_remap(value.func, remap), *[_remap(a, remap) for a in value.args],
-                                 **{k: _remap(v, remap) for k, v in value.keywords.items()})
-    return value
-
-
-def _emit(capture: Capture, cls, args: tuple, kwargs: dict):
-    name = qualified_name(cls)
-    tensors, template = [], []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            template.append(("T", len(tensors)))
-            tensors.append(a)
-        else:
-            if any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(a)):
-                raise RuntimeError(f"PythonOp {name}: an argument holds tensors inside a "
-                                   f"{type(a).__name__}; pass tensors to apply() directly")
-            template.append(("C", _remap(a, capture.remap)))
-    if any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(kwargs)):
-        raise RuntimeError(f"PythonOp {name}: tensors passed as keyword arguments are not supported")
-    kwargs = {k: _remap(v, capture.remap) for k, v in kwargs.items()}
-    site = CallSite(cls, template, kwargs, 0, False, name=name)
-    outs, single, dirty = _probe(site, tensors)
-    site.num_outputs, site.single, site.dirty = len(outs), single, dirty
-    func_id = next(_IDS)
-    _SITES[func_id] = site
-    capture.ids.append(func_id)
-    capture.names.append(name)
-    results = torch.onnx.ops.symbolic_multi_out(
-        DOMAIN_OP, tensors, {"func_id": func_id, "name": name},
-        dtypes=[o.dtype for o in outs], shapes=[_symbolic_shape(o, tensors) for o in outs])
-    LOGGER.info("PythonOp: %s runs as its own forward/backward (registry id %d)", name, func_id)
-    return results[0] if single else tuple(results)
-
-
-def _probe(site: CallSite, tensors: list):
-    """Runs the Function once outside the trace to learn its results (fake tensors first)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-
-    def call(inputs):
-        # Floating inputs become non-leaf tensors requiring grad: the Function sees requires_grad
-        # as it will when trained, and may modify them in place (their version counter moves).
-        probe = [t.detach().requires_grad_(True).clone() if t.is_floating_point() else t.detach()
-                 for t in inputs]
-        versions = [p._version for p in probe]
-        with _nested(), torch.enable_grad():
-            out = original_apply(site.function, *site.arguments(probe), **site.kwargs)
-        return out, tuple(i for i, (p, v) in enumerate(zip(probe, versions)) if p._version != v)
-
-    with disable_proxy_modes_tracing():
-        try:
-            out, dirty = call(tensors)
-        except Exception as fake_error:
-            LOGGER.debug("PythonOp %s: fake-tensor probe failed (%s); probing with real tensors",
-                         site.name, fake_error)
-            with unset_fake_temporarily():
-                real = [_real_like(t) for t in tensors]
-                out, dirty = call(real)
-                out = pytree.tree_map_only(torch.Tensor, lambda t: _HintShaped(t), out)
-    single = not isinstance(out, (tuple, list))
-    outs = [out] if single else list(out)
-    for o in outs:
-        if not isinstance(o, (torch.Tensor, _HintShaped)):
-            raise RuntimeError(f"PythonOp {site.name}: forward returned {_describe(out)}; only "
-                               "tensors can be outputs of a Function inside ORTModule")
-    return outs, single, dirty
-
-
-class _HintShaped:
-    """A real probe result standing in for a fake one: dtype and concrete sizes."""
-
-    def __init__(self, t: torch.Tensor):
-        self.dtype, self.shape, self.grad_fn = t.dtype, tuple(t.shape), t.grad_fn
-
-
-def _real_like(t: torch.Tensor) -> torch.Tensor:
-    shape = [_hint(d) for d in t.shape]
-    if t.is_floating_point():
-        return torch.randn(shape, dtype=t.dtype)
-    return torch.zeros(shape, dtype=t.dtype)
-
-
-def _hint(d) -> int:
-    return d.node.hint if isinstance(d, torch.SymInt) and d.node.hint is not None else int(d)
-
-
-def _symbolic_shape(out, tensors: list) -> list:
-    """The result's dims in terms of the inputs' traced dims wherever they can be expressed so."""
-    symbols = {}
-    for t in tensors:
-        for j, d in enumerate(t.shape):
-            if isinstance(d, torch.SymInt):
-                symbols.setdefault(d.node.expr, d)
-    hints = {}
-    for t in tensors:
-        for d in t.shape:
-            hints.setdefault(_hint(d), d)
-    dims = []
-    for d in out.shape:
-        if isinstance(d, torch.SymInt):
-            rebuilt = _rebuild(d.node.expr, symbols)
-            dims.append(rebuilt if rebuilt is not None else _hint(d))
-        elif isinstance(out, _HintShaped) and isinstance(hints.get(d), torch.SymInt):
-            dims.append(hints[d])  # a probed size equal to a traced input size: assume it is that
-        else:
-            dims.append(int(d))
-    return dims
-
-
-def _rebuild(expr, symbols: dict):
-    """A sympy expression over the inputs' symbols rebuilt from their traced SymInts (or None)."""
-    import sympy
-
-    if expr in symbols:
-        return symbols[expr]
-    if isinstance(expr, sympy.Integer):
-        return int(expr)
-    parts = [_rebuild(a, symbols) for a in expr.args]
-    if not expr.args or any(p is None for p in parts):
-        return None
-    if isinstance(expr, sympy.Add):
-        return functools.reduce(lambda a, b: a + b, parts)
-    if isinstance(expr, sympy.Mul):
-        return functools.reduce(lambda a, b: a * b, parts)
-    if type(expr).__name__ == "FloorDiv":
-        return parts[0] // parts[1]
-    return None
 
 
 def install() -> None:

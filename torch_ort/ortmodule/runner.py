@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from torch_ort.ortmodule import disk_cache, python_op
+from torch_ort.ortmodule import disk_cache, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
     MAX_EXPORTS,
@@ -78,7 +78,7 @@ class GraphRunner:
                 self._aten.add({op: "recorded in the export cache" for op in
                                 filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
         if self.export is None:
-            capture = python_op.Capture(st.custom_autograd, st.allow_checkpoint, st.skipped_functions)
+            capture = python_op_export.Capture(st.custom_autograd, st.allow_checkpoint, st.skipped_functions)
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
                                                self._on_export, capture, st.deepcopy_before_export)
         self._slots = [_slot(self._module, n) for n in self.export.param_names]
