@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from torch_ort.ortmodule.fallback import DEFAULT_POLICY, FallbackPolicy, parse_policy
-from torch_ort.ortmodule.options import LogLevel, parse_log_level
+from torch_ort.ortmodule.options import LogLevel, parse_flags, parse_log_level
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -117,17 +117,7 @@ def _plans(name: str, text: str) -> tuple[RecomputePlan, ...]:
 
 
 def _skipcheck(name: str, text: str) -> SkipCheck:
-    flags = SkipCheck(0)
-    for part in text.split("|"):
-        key = part.strip().upper()
-        if not key:
-            continue
-        if not key.startswith("SKIP_CHECK_"):
-            key = "SKIP_CHECK_" + key
-        if key not in SkipCheck.__members__:
-            raise _invalid(name, text, "use flags joined by '|': " + ", ".join(SkipCheck.__members__))
-        flags |= SkipCheck[key]
-    return flags or DEFAULT_SKIPCHECK
+    return parse_flags(SkipCheck, "SKIP_CHECK_", name, text) or DEFAULT_SKIPCHECK
 
 
 def _policy(name: str, text: str) -> FallbackPolicy:

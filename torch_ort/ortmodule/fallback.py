@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import warnings
 
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.options import LOGGER, parse_flags
 
 
 class FallbackPolicy(enum.IntFlag):
@@ -28,20 +28,7 @@ DEFAULT_POLICY = (
 
 def parse_policy(text: str) -> FallbackPolicy:
     """'FALLBACK_DISABLE' or 'FALLBACK_UNSUPPORTED_DATA|FALLBACK_UNSUPPORTED_DEVICE' (prefix optional)."""
-    policy = FallbackPolicy(0)
-    for part in text.split("|"):
-        name = part.strip().upper()
-        if not name:
-            continue
-        if not name.startswith("FALLBACK_"):
-            name = "FALLBACK_" + name
-        try:
-            policy |= FallbackPolicy[name]
-        except KeyError:
-            valid = ", ".join(p.name for p in FallbackPolicy)
-            raise ValueError(f"ORTMODULE_FALLBACK_POLICY={text!r}: unknown flag {part.strip()!r}; "
-                             f"valid flags: {valid}") from None
-    return policy
+    return parse_flags(FallbackPolicy, "FALLBACK_", "ORTMODULE_FALLBACK_POLICY", text)
 
 
 class ORTModuleError(RuntimeError):

@@ -26,6 +26,23 @@ _TO_LOGGING = {
 }
 
 
+def parse_flags(flags: type[enum.IntFlag], prefix: str, variable: str, text: str) -> enum.IntFlag:
+    """'A|B' (names with or without `prefix`) as a flag set; an unknown name raises, listing the
+    valid ones."""
+    value = flags(0)
+    for part in text.split("|"):
+        key = part.strip().upper()
+        if not key:
+            continue
+        if not key.startswith(prefix):
+            key = prefix + key
+        if key not in flags.__members__:
+            raise ValueError(f"{variable}={text!r}: unknown flag {part.strip()!r}; valid flags, joined "
+                             f"by '|': {', '.join(flags.__members__)}")
+        value |= flags[key]
+    return value
+
+
 def parse_log_level(text: str) -> LogLevel:
     try:
         return LogLevel[text.strip().upper()]
