@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/runtime/errors.h"
 
@@ -26,6 +27,11 @@ std::vector<char> values_read(const Graph& g, const std::vector<ValueId>& extra_
 std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>& steps,
                                         const std::vector<char>& read) {
   const auto& registry = KernelRegistry::instance();
+  // Autograd's "no gradient" (None) may reach the caller only where no node consumes the value.
+  std::vector<char> node_read(g.num_values(), 0);
+  for (const Node& n : g.nodes)
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) node_read[v] = 1;
   std::vector<CompiledStep> out;
   std::vector<std::string> missing;  // every unsupported op at once, not one per rebuild
   std::set<std::string> seen;
@@ -42,6 +48,8 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
                     s.free_after};
     for (ValueId& v : cs.outputs)
       if (v != kNoValue && !read[v]) v = kNoValue;  // kernels may skip unread outputs
+    if (n.domain == kOurDomain && n.op_type == kAtenOpGrad)
+      for (ValueId v : cs.outputs) cs.none_ok.push_back(v != kNoValue && !node_read[v]);
     out.push_back(std::move(cs));
   }
   if (!missing.empty()) {
@@ -61,7 +69,7 @@ void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& 
                c10::Device device) {
   for (const CompiledStep& s : steps) {
     KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
-                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots);
+                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok);
     try {
       s.fn(ctx);
     } catch (const KernelError&) {
@@ -72,7 +80,8 @@ void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& 
       throw KernelError(s.node->describe() + ": " + e.what());
     }
     for (size_t i = 0; i < s.outputs.size(); ++i)
-      if (s.outputs[i] != kNoValue && !slots[s.outputs[i]].defined())
+      if (s.outputs[i] != kNoValue && !slots[s.outputs[i]].defined() &&
+          !(i < s.none_ok.size() && s.none_ok[i]))
         throw KernelError(s.node->describe() + ": kernel did not produce output " +
                           std::to_string(i));
     for (ValueId v : s.free_after) slots[v] = at::Tensor();

@@ -20,6 +20,7 @@ struct CompiledStep {
   std::vector<ValueId> inputs;      // kNoValue: omitted optional input
   std::vector<ValueId> outputs;     // kNoValue: omitted, or produced but never read
   std::vector<ValueId> free_after;  // slots dropped right after this step
+  std::vector<bool> none_ok;        // per output: may stay unset (a None gradient no node reads)
 };
 
 // Per value: does any node, graph output or extra root read it? (Unread outputs are skipped.)

@@ -21,9 +21,10 @@ using KernelFn = void (*)(KernelCtx&);
 class KernelCtx {
  public:
   KernelCtx(const Node& node, int64_t opset, c10::Device device, const ValueId* in, int n_in,
-            const ValueId* out, int n_out, std::vector<at::Tensor>& slots)
+            const ValueId* out, int n_out, std::vector<at::Tensor>& slots,
+            const std::vector<bool>* none_ok = nullptr)
       : node(node), attrs(node.attrs), opset(opset), device(device), in_(in), n_in_(n_in),
-        out_(out), n_out_(n_out), slots_(slots) {}
+        out_(out), n_out_(n_out), slots_(slots), none_ok_(none_ok) {}
 
   const Node& node;         // for error messages
   const Attributes& attrs;  // = node.attrs
@@ -43,6 +44,11 @@ class KernelCtx {
   // False when the output is omitted or nobody reads it: kernels may skip computing it.
   bool output_wanted(int i) const { return i >= 0 && i < n_out_ && out_[i] != kNoValue; }
   void set_output(int i, at::Tensor t);  // dropped silently when !output_wanted(i)
+  // True when output i may be left unset ("no gradient", as autograd's None): the executor
+  // allows it only for gradient outputs that no node reads (see CompiledStep::none_ok).
+  bool output_may_be_none(int i) const {
+    return none_ok_ && i >= 0 && i < static_cast<int>(none_ok_->size()) && (*none_ok_)[i];
+  }
 
   [[noreturn]] void fail(const std::string& msg) const;  // KernelError "<op> (node n): msg"
 
@@ -52,6 +58,7 @@ class KernelCtx {
   const ValueId* out_;
   int n_out_;
   std::vector<at::Tensor>& slots_;
+  const std::vector<bool>* none_ok_;
 };
 
 class KernelRegistry {

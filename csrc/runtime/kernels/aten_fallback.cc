@@ -217,8 +217,9 @@ void aten_op_kernel(KernelCtx& c) {
 
 // ATenOpGrad(dY_0..dY_{n-1}, Y_0..Y_{n-1} with history, leaves...) -> d leaf, in order.
 // A result nobody differentiates (no dY, or not requiring grad: indices) is left out; a leaf
-// autograd does not reach gets zeros, as our gradient contract says. Leaves that other code
-// closes over (a checkpointed block's parameters) accumulate into their .grad as in eager.
+// autograd does not reach (or a Function's backward returns None for) gets zeros where graph
+// nodes read its gradient, and stays None where it goes straight to the caller. Leaves that
+// other code closes over (a checkpointed block's parameters) accumulate into .grad as in eager.
 void aten_op_grad_kernel(KernelCtx& c) {
   const int n = static_cast<int>(c.attrs.get_int("num_results", -1));
   if (n < 0 || c.num_inputs() < 2 * n) c.fail("bad num_results " + std::to_string(n));
@@ -237,7 +238,10 @@ void aten_op_grad_kernel(KernelCtx& c) {
     torch::autograd::backward(ys, dys, /*retain_graph=*/false, /*create_graph=*/false);
   for (size_t j = 0; j < leaves.size(); ++j) {
     const at::Tensor g = leaves[j].grad();
-    c.set_output(static_cast<int>(j), g.defined() ? g : at::zeros_like(leaves[j]));
+    const int out = static_cast<int>(j);
+    if (g.defined()) c.set_output(out, g);
+    else if (!c.output_may_be_none(out)) c.set_output(out, at::zeros_like(leaves[j]));
+    // else: None, as autograd says, straight to the caller (param.grad stays None as in eager)
   }
 }
 
