@@ -196,7 +196,7 @@ class ORTModule(torch.nn.Module):
             self._check_devices(tensors, self.module.parameters())
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
-                                 schema=(key, str(self.module.training)))
+                                 schema=key)
             self.cache_hit_count += runner.export.from_cache
             self._adopt_stale(key, runner)
             self._runners[key] = runner
