@@ -151,8 +151,8 @@ def ops_from_engine_error(result: ExportResult, error: BaseException, what: str)
 
 
 def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export,
-                         capture=None, deepcopy: bool = False) -> ExportResult:
-    """Exports, re-exporting while new ops are found for the ATen fallback (`capture` and
+                         functions=None, deepcopy: bool = False) -> ExportResult:
+    """Exports, re-exporting while new ops are found for the ATen fallback (`functions` and
     `deepcopy`: see exporter.export_module)."""
     from torch_ort import _C
 
@@ -160,7 +160,7 @@ def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_exp
     for _ in range(MAX_EXPORTS):
         on_export()
         try:
-            result = export_module(module, args, kwargs, opset, aten.translations(), capture, deepcopy)
+            result = export_module(module, args, kwargs, opset, aten.translations(), functions, deepcopy)
         except ORTModuleTorchModelException as error:
             found = ops_from_export_error(error)
             if aten.add(found):

@@ -159,13 +159,14 @@ def _attribute_reads(module: torch.nn.Module):
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
-                  capture: python_op_export.Capture | None = None, deepcopy: bool = False) -> ExportResult:
-    """extra_translations (ATen fallback ops) take precedence over translations.TABLE; `capture`
-    says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a structural copy
-    so that the trace never changes the module's own Python state."""
+                  functions: python_op_export.FunctionPolicy | None = None,
+                  deepcopy: bool = False) -> ExportResult:
+    """extra_translations (ATen fallback ops) take precedence over translations.TABLE; `functions`
+    says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a
+    structural copy so that the trace never changes the module's own Python state."""
     start = time.perf_counter()
     table = {**translations.TABLE, **(extra_translations or {})}
-    capture = python_op_export.Capture(True, False, frozenset()) if capture is None else capture.fresh()
+    capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())
     if deepcopy:
         module, capture.remap = structural_copy(module)
     try:

@@ -42,9 +42,8 @@ class ORTModule(torch.nn.Module):
         self._debug.apply_log_level()
         self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
         self._runners: dict = {}  # (training path, input schema) -> GraphRunner
-        self._stale: dict = {}    # runners from before a model change, kept until re-export compares
+        self._stale: dict = {}    # key -> (runner, attributes set): compared when it re-exports
         self._changed: set = set()   # attributes set since the last call (re-export pending)
-        self._pending_names: set = set()  # the attributes whose re-export is being compared
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
         self._memory = memory_stats.MemoryReporter() if self._settings.print_memory_stats else None
         self.export_count = 0      # how many times the module was exported (tests assert it)
@@ -149,16 +148,15 @@ class ORTModule(torch.nn.Module):
             return
         LOGGER.info("model changed (attribute %s set): re-exporting on the next call",
                     ", ".join(sorted(self._changed)))
-        self._stale.update(self._runners)
+        changed = frozenset(self._changed)
+        self._stale.update({key: (runner, changed) for key, runner in self._runners.items()})
         self._runners = {}
-        self._pending_names = set(self._changed)
         self._changed.clear()
 
     def _adopt_stale(self, key, runner) -> None:
         """A runner re-exported after a model change keeps the old engines when the graph and the
         parameter binding are unchanged."""
-        old = self._stale.pop(key, None)
-        names = self._pending_names
+        old, names = self._stale.pop(key, (None, ()))
         if old is None:
             return
         if old.export.onnx_bytes == runner.export.onnx_bytes and \

@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import torch
 
 DOMAIN_OP = "com.torch_ort::PythonOp"
-_FUNCTION = torch.autograd.Function
-_ORIGINAL_APPLY = _FUNCTION.__dict__["apply"]
+ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]  # python_op_export patches it per export
 
 
 def original_apply(cls, *args, **kwargs):
-    return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
+    return ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
 
 
 def qualified_name(cls) -> str:
@@ -40,7 +39,6 @@ class CallSite:
     template: list                 # per apply() argument: ("T", node input index) or ("C", value)
     kwargs: dict                   # constant keyword arguments
     num_outputs: int               # tensors apply() returns
-    single: bool                   # apply() returned a tensor, not a tuple
     dirty: tuple = ()              # node inputs the forward modifies in place (cloned per call)
     name: str = ""
 

@@ -26,6 +26,7 @@ from torch_ort.ortmodule.fallback import FallbackPolicy, ORTModuleError
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.python_op import (
     DOMAIN_OP,
+    ORIGINAL_APPLY,
     CallSite,
     depth,
     describe,
@@ -35,9 +36,6 @@ from torch_ort.ortmodule.python_op import (
     register,
     release,
 )
-
-_FUNCTION = torch.autograd.Function
-_ORIGINAL_APPLY = _FUNCTION.__dict__["apply"]
 
 _ORIGINAL_CHECKPOINT = checkpoint_module._checkpoint_impl
 
@@ -49,20 +47,24 @@ class CheckpointNotAllowedError(ORTModuleError):
     policy = FallbackPolicy(0)
 
 
+@dataclass(frozen=True)
+class FunctionPolicy:
+    """How Functions export (ORTMODULE_ENABLE_CUSTOM_AUTOGRAD, _ALLOW_AUTOGRAD_CHECKPOINT,
+    _SKIPPED_AUTOGRAD_FUNCTIONS)."""
+
+    custom_autograd: bool = True
+    allow_checkpoint: bool = False
+    skipped: frozenset = frozenset()
+
+
 @dataclass
 class Capture:
     """What one export registered; `ids` are released when the export result is dropped."""
 
-    custom_autograd: bool
-    allow_checkpoint: bool
-    skipped: frozenset
+    policy: FunctionPolicy
     remap: dict = field(default_factory=dict)  # id(copied module) -> original (deepcopy export)
     ids: list = field(default_factory=list)
     names: list = field(default_factory=list)
-
-    def fresh(self) -> "Capture":
-        """The same options with nothing registered yet (one per export)."""
-        return Capture(self.custom_autograd, self.allow_checkpoint, self.skipped)
 
     def attach(self, owner) -> None:
         if self.ids:
@@ -84,33 +86,35 @@ def _checkpoint_error(module_hint: str) -> CheckpointNotAllowedError:
 def opaque_functions(capture: Capture, module_name: str):
     """Within this block (one export), Function.apply emits PythonOp nodes (see module doc)."""
 
+    policy = capture.policy
+
     def apply(cls, *args, **kwargs):
         if depth() or not _tracing():
             return original_apply(cls, *args, **kwargs)
         if cls is checkpoint_module.CheckpointFunction:
-            if not capture.allow_checkpoint:
+            if not policy.allow_checkpoint:
                 raise _checkpoint_error(module_name)
         elif cls.__module__.startswith("torch."):
             return original_apply(cls, *args, **kwargs)  # torch's own (custom ops' autograd, ...)
-        if not capture.custom_autograd or qualified_name(cls) in capture.skipped:
+        if not policy.custom_autograd or qualified_name(cls) in policy.skipped:
             return original_apply(cls, *args, **kwargs)  # the exporter inlines its forward
         return _emit(capture, cls, args, kwargs)
 
     def checkpoint_impl(function, args, kwargs, **options):
-        if not capture.allow_checkpoint:
+        if not policy.allow_checkpoint:
             raise _checkpoint_error(module_name)
-        if capture.custom_autograd and not kwargs and options.get("use_reentrant") is False:
+        if policy.custom_autograd and not kwargs and options.get("use_reentrant") is False:
             # Non-reentrant checkpoint recomputes the same way; run it as the reentrant Function.
             keep_rng = options.get("preserve_rng_state", True)
             return checkpoint_module.CheckpointFunction.apply(function, keep_rng, *args)
         return _ORIGINAL_CHECKPOINT(function, args, kwargs, **options)
 
-    _FUNCTION.apply = classmethod(apply)
+    torch.autograd.Function.apply = classmethod(apply)
     checkpoint_module._checkpoint_impl = checkpoint_impl
     try:
         yield capture
     finally:
-        _FUNCTION.apply = _ORIGINAL_APPLY
+        torch.autograd.Function.apply = ORIGINAL_APPLY
         checkpoint_module._checkpoint_impl = _ORIGINAL_CHECKPOINT
 
 
@@ -148,9 +152,9 @@ def _emit(capture: Capture, cls, args: tuple, kwargs: dict):
     if any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(kwargs)):
         raise RuntimeError(f"PythonOp {name}: tensors passed as keyword arguments are not supported")
     kwargs = {k: _remap(v, capture.remap) for k, v in kwargs.items()}
-    site = CallSite(cls, template, kwargs, 0, False, name=name)
+    site = CallSite(cls, template, kwargs, 0, name=name)
     outs, single, dirty = _probe(site, tensors)
-    site.num_outputs, site.single, site.dirty = len(outs), single, dirty
+    site.num_outputs, site.dirty = len(outs), dirty
     func_id = register(site)
     capture.ids.append(func_id)
     capture.names.append(name)
@@ -199,7 +203,7 @@ class _HintShaped:
     """A real probe result standing in for a fake one: dtype and concrete sizes."""
 
     def __init__(self, t: torch.Tensor):
-        self.dtype, self.shape, self.grad_fn = t.dtype, tuple(t.shape), t.grad_fn
+        self.dtype, self.shape = t.dtype, tuple(t.shape)
 
 
 def _real_like(t: torch.Tensor) -> torch.Tensor:
@@ -217,7 +221,7 @@ def _symbolic_shape(out, tensors: list) -> list:
     """The result's dims in terms of the inputs' traced dims wherever they can be expressed so."""
     symbols = {}
     for t in tensors:
-        for j, d in enumerate(t.shape):
+        for d in t.shape:
             if isinstance(d, torch.SymInt):
                 symbols.setdefault(d.node.expr, d)
     hints = {}

@@ -78,9 +78,10 @@ class GraphRunner:
                 self._aten.add({op: "recorded in the export cache" for op in
                                 filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
         if self.export is None:
-            capture = python_op_export.Capture(st.custom_autograd, st.allow_checkpoint, st.skipped_functions)
+            functions = python_op_export.FunctionPolicy(st.custom_autograd, st.allow_checkpoint,
+                                                        st.skipped_functions)
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
-                                               self._on_export, capture, st.deepcopy_before_export)
+                                               self._on_export, functions, st.deepcopy_before_export)
         self._slots = [_slot(self._module, n) for n in self.export.param_names]
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
@@ -134,8 +135,6 @@ class GraphRunner:
         _C = _load_extension()
         try:
             engine = _C.Engine(self.export.onnx_bytes, training, flags)
-        except _C.KernelError as e:
-            raise ORTModuleONNXModelException(f"KernelError: {e}") from e
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
                     "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")

@@ -1,5 +1,5 @@
-// Gradient of com.torch_ort::ATenOp and PythonOp: one ATenOpGrad node that hands the forward's autograd
-// state to torch.autograd.grad (see aten_op.h for the outputs it reads).
+// Gradient of com.torch_ort::ATenOp and PythonOp: one ATenOpGrad node that hands the forward's
+// autograd state to torch.autograd.backward (see aten_op.h for the outputs it reads).
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
@@ -30,7 +30,7 @@ void request_aten_autograd_outputs(Graph& g, Node& n) {
 
 namespace {
 
-// dX_i = torch.autograd.grad(Y_attached, X_leaf_i, dY): PyTorch's own derivative of the op.
+// dX_i = dY · ∂Y_attached/∂X_leaf_i as PyTorch autograd computes it (the op's own derivative).
 // ATenOpGrad(dY_0..dY_{n-1}, Y_attached_0..Y_attached_{n-1}, X_leaf for each needed input)
 //   -> one gradient per needed input, in input order. Where no dY_k flows, dY_k and Y_k are
 //   omitted inputs.
@@ -60,7 +60,7 @@ void aten_op_grad(GradCtx& g) {
 }  // namespace
 
 REGISTER_GRADIENT_IN(kOurDomain, kAtenOp, aten_op_grad, {});
-// A torch.autograd.Function: autograd.grad over its recorded results runs its own backward.
+// A torch.autograd.Function: autograd's backward over its recorded results runs its own backward.
 REGISTER_GRADIENT_IN(kOurDomain, kPythonOp, aten_op_grad, {});
 
 }  // namespace torch_ort

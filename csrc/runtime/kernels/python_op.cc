@@ -1,5 +1,5 @@
 // com.torch_ort::PythonOp: calls the registered torch.autograd.Function through the Python
-// callback (csrc/runtime/python_op.h). Its backward is the ATenOpGrad kernel: autograd.grad over
+// callback (csrc/runtime/python_op.h). Its backward is the ATenOpGrad kernel: autograd backward over
 // the recorded results runs the Function's own backward(ctx, *grads), once.
 #include <string>
 #include <utility>
