@@ -26,8 +26,10 @@ def rel_glob(pattern):
 
 
 def sources():
-    return (rel_glob("csrc/core/**/*.cc") + rel_glob("csrc/runtime/**/*.cc") +
-            rel_glob("csrc/bindings/*.cc") + rel_glob(os.path.join(GENERATED, "*.pb.cc")))
+    runtime = [p for p in rel_glob("csrc/runtime/**/*.cc") if "/cuda/" not in p]
+    bindings = [p for p in rel_glob("csrc/bindings/*.cc") if not p.endswith("cuda_module.cc")]
+    return (rel_glob("csrc/core/**/*.cc") + runtime + bindings +
+            rel_glob(os.path.join(GENERATED, "*.pb.cc")))
 
 
 class Build(BuildExtension):

@@ -16,6 +16,7 @@
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
 #include "csrc/runtime/python_op.h"
+#include "csrc/bindings/multi_tensor_bindings.h"
 
 namespace py = pybind11;
 using namespace torch_ort;
@@ -151,6 +152,13 @@ PYBIND11_MODULE(_C, m) {
            py::arg("inputs"),
            "Debug: runs forward (+ backward with ones) keeping every tensor and compares each with "
            "its inferred shape; raises VerifyError naming the first value that disagrees.");
+
+  optim::bind_multi_tensor(m, {&optim::adam_cpu, &optim::lamb_cpu, &optim::scale_cpu,
+                               &optim::l2norm_cpu});
+  m.def("optim_cpu_path", &optim::cpu_path,
+        "'avx512' or 'portable': the path the CPU optimizer kernels take.");
+  m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),
+        "'auto' (AVX-512 when the processor has it), 'avx512' or 'portable' (tests run both).");
 
   m.def("set_python_op_runner", &install_python_op_runner, py::arg("runner"),
         "Installs run(func_id, args: list[Tensor | None], record: bool) -> list[Tensor], the "

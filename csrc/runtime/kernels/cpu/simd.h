@@ -1,0 +1,76 @@
+// The SIMD vocabulary of the CPU optimizer kernels: 16-lane fp32 loads and stores from fp32, fp16
+// and bf16 memory. Functions marked TORCH_ORT_AVX512 are compiled for AVX-512 whatever the build
+// flags, and run only when use_avx512() says the processor has it.
+#pragma once
+
+#include <cstdint>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+
+// No fused multiply-add contraction: the AVX-512 and portable paths then round identically, and
+// match a plain PyTorch reference of the same formula (these kernels are memory-bound anyway).
+#pragma GCC optimize("fp-contract=off")
+// GCC 12 flags the deliberately undefined registers of its own AVX-512 intrinsics once an optimize
+// pragma is active (the headers' _mm512_undefined_*); nothing of ours is uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define TORCH_ORT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace torch_ort::optim::simd {
+
+// True when the AVX-512 path runs: the processor has it and set_cpu_path did not force "portable".
+bool use_avx512();
+
+TORCH_ORT_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+TORCH_ORT_AVX512 inline __m512 load16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+TORCH_ORT_AVX512 inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+TORCH_ORT_AVX512 inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+TORCH_ORT_AVX512 inline void store16(c10::Half* p, __m512 x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// Round to nearest even, NaN to 0x7fc0: c10::BFloat16(float)'s rounding, on 16 lanes.
+TORCH_ORT_AVX512 inline void store16(c10::BFloat16* p, __m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i out = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  out = _mm512_mask_mov_epi32(out, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(out));
+}
+
+// Lanes where x is inf or nan (x - x is nan exactly there).
+TORCH_ORT_AVX512 inline __mmask16 nonfinite(__m512 x) {
+  const __m512 d = _mm512_sub_ps(x, x);
+  return _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
+}
+
+// Sums of squares kept in double (two 8-lane halves), so a long chunk loses no precision.
+struct SquareSum {
+  __m512d lo, hi;
+};
+TORCH_ORT_AVX512 inline SquareSum square_sum_zero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+TORCH_ORT_AVX512 inline void add_squares(SquareSum& acc, __m512 x) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  acc.lo = _mm512_fmadd_pd(lo, lo, acc.lo);
+  acc.hi = _mm512_fmadd_pd(hi, hi, acc.hi);
+}
+// The lanes' total, lane by lane in a fixed order (the same result every run).
+TORCH_ORT_AVX512 inline double total(const SquareSum& acc) {
+  alignas(64) double lanes[16];
+  _mm512_store_pd(lanes, acc.lo);
+  _mm512_store_pd(lanes + 8, acc.hi);
+  double s = 0;
+  for (double d : lanes) s += d;
+  return s;
+}
+
+}  // namespace torch_ort::optim::simd

@@ -1,0 +1,84 @@
+// Multi-tensor optimizer kernels: one call updates every tensor of a parameter group, in chunks
+// spread over threads (CPU, kernels/cpu/multi_tensor.cc) or over thread blocks (CUDA,
+// kernels/cuda/multi_tensor.cu). The update rules are written down in torch_ort/optim/*.py and
+// README "Optimizers"; each kernel is tested step by step against a plain PyTorch reference.
+//
+// Dtypes: parameters and gradients fp32, fp16 or bf16 (a gradient of a low-precision parameter
+// may also be fp32); optimizer state is fp32. All math is fp32; a low-precision parameter is
+// rounded to nearest-even once per step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_ort::optim {
+
+// torch_ort.optim.AdamWMode; the numbers are ONNX Runtime's.
+enum class AdamWMode : int64_t { kAdamL2 = 0, kAdamWTransformers = 1, kAdamWTorch = 2 };
+
+struct AdamHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+  int64_t step = 1;             // this group's step, counted from 1 (after its increment)
+  bool bias_correction = true;  // false: bc1 = bc2 = 1
+  AdamWMode mode = AdamWMode::kAdamWTransformers;
+  double grad_scale = 1.0;      // every gradient is multiplied by it first (unscale, clipping)
+};
+
+struct LambHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-6;
+  double weight_decay = 0.01;
+  int64_t step = 1;
+  bool bias_correction = true;
+  bool adam_w_mode = true;      // decoupled decay (u += wd·p); false: L2 (g += wd·p)
+  bool grad_averaging = true;   // m's gradient weight is 1-β1 (true) or 1
+  bool use_nvlamb = false;      // apply the trust ratio even when weight_decay == 0
+  double ratio_min = 0.0;       // trust ratio clipped to [ratio_min, ratio_max]
+  double ratio_max = 1e30;
+  double max_weight_norm = -1;  // > 0: ‖p‖ clamped to it before the ratio (pytorch-lamb)
+  double grad_scale = 1.0;      // global clipping / unscale factor applied to every gradient
+};
+
+// Checks the tensor lists of one call: one entry per parameter in every list, equal sizes at one
+// index, contiguous, dense, on `device`; lists[0] (and the first `param_like` lists) fp32, fp16 or
+// bf16, the others fp32 (state) unless `any_float`. Errors name the call, the list and the index:
+// InputMismatchError (a TypeError in Python) for dtype/device/layout, std::invalid_argument (a
+// ValueError) for counts and sizes.
+void check_lists(const char* call, const std::vector<const std::vector<at::Tensor>*>& lists,
+                 const std::vector<const char*>& names, size_t param_like, c10::DeviceType device);
+
+// The scalar bias-correction and step-size terms of a step, shared by the CPU and CUDA kernels.
+struct AdamTerms {
+  float step_size;       // modes 0/1: lr·√bc2/bc1;  mode 2: lr/bc1
+  float inv_sqrt_bc2;    // mode 2 only: 1/√bc2 (denominator √v/√bc2 + eps)
+  float decay;           // modes 1/2: 1 - lr·wd multiplies p;  mode 0: 1
+  float l2;              // mode 0: wd (g += wd·p);  modes 1/2: 0
+};
+AdamTerms adam_terms(const AdamHyper& h);
+
+// CPU entry points (kernels/cpu/multi_tensor.cc).
+void adam_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+              const AdamHyper& h);
+void lamb_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+              const LambHyper& h);
+// dst[i] = src[i]·scale (dtype converted); returns whether any src element is inf or nan.
+// dst may be src.
+bool scale_cpu(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale);
+// √(Σ‖t‖²) over every tensor, accumulated in double; inf or nan when an element is.
+double l2norm_cpu(const std::vector<at::Tensor>& tensors);
+
+// Which CPU path runs: "avx512" or "portable". set_cpu_path("portable") forces the portable one
+// (tests run both); set_cpu_path("auto") picks AVX-512 when the processor has it.
+std::string cpu_path();
+void set_cpu_path(const std::string& path);
+
+}  // namespace torch_ort::optim

@@ -1,0 +1,130 @@
+"""FusedAdam: Adam/AdamW over every parameter of a group in one multi-tensor kernel call.
+
+The three update rules (ONNX Runtime's AdamWMode), with t the group's step, bc1 = 1-β1^t and
+bc2 = 1-β2^t (both 1 without bias correction), and every gradient first multiplied by nothing
+(FusedAdam) or by FP16_Optimizer's unscale factor:
+
+    m ← β1·m + (1-β1)·g            v ← β2·v + (1-β2)·g²
+    ADAM_L2_REGULARIZATION (0): g ← g + wd·p first;  p ← p - lr·(√bc2/bc1)·m/(√v + eps)
+    ADAMW_TRANSFORMERS     (1): p ← p - lr·(√bc2/bc1)·m/(√v + eps);  then p ← p·(1 - lr·wd)
+    ADAMW_TORCH            (2): p ← p·(1 - lr·wd) first;  p ← p - (lr/bc1)·m/(√v/√bc2 + eps)
+
+Mode 2 is torch.optim.AdamW's rule; mode 0 is torch.optim.Adam(weight_decay=wd) except that eps
+is added to √v rather than to √v/√bc2. Parameters may be fp32, fp16 or bf16; the moments are
+fp32 and the math is fp32, a low-precision parameter being rounded (to nearest even) once per step.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from . import _kernels
+
+
+class AdamWMode(IntEnum):
+    ADAM_L2_REGULARIZATION = 0  # Adam with L2 regularization (decay added to the gradient)
+    ADAMW_TRANSFORMERS = 1      # Hugging Face transformers' AdamW (decoupled decay after the step)
+    ADAMW_TORCH = 2             # torch.optim.AdamW (decoupled decay before the step)
+
+
+def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
+    if not 0.0 <= lr:
+        raise ValueError(f"invalid learning rate {lr}: must be >= 0")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"invalid betas {betas}: two values in [0, 1)")
+    if not 0.0 <= eps:
+        raise ValueError(f"invalid eps {eps}: must be >= 0")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+
+
+def params_with_grads(opt_name: str, group: dict):
+    """The group's parameters that have a gradient, and those gradients (sparse ones refused)."""
+    params, grads = [], []
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse:
+            raise RuntimeError(f"{opt_name} does not support sparse gradients (parameter of shape "
+                               f"{tuple(p.shape)}); use torch.optim.SparseAdam for sparse embeddings")
+        if p.grad.dtype != p.dtype and p.grad.dtype != torch.float32:
+            raise TypeError(f"{opt_name}: a {p.grad.dtype} gradient for a {p.dtype} parameter of shape "
+                            f"{tuple(p.shape)}; expected the parameter's dtype or float32")
+        params.append(p)
+        grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
+    return params, grads
+
+
+def moments(state: dict, p: torch.Tensor):
+    """The fp32 (exp_avg, exp_avg_sq) of p, created as zeros on first use."""
+    if "exp_avg" not in state:
+        state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+        state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    return state["exp_avg"], state["exp_avg_sq"]
+
+
+def load_fp32_state(opt: torch.optim.Optimizer, state_dict: dict, load) -> None:
+    """torch.optim.Optimizer.load_state_dict casts floating state to the parameter's dtype; for a
+    bf16/fp16 parameter that would round the fp32 moments. Load, then put the saved fp32 values
+    back (state_dict's params are indices in param_groups order)."""
+    load(state_dict)
+    saved = state_dict["state"]
+    for group, saved_group in zip(opt.param_groups, state_dict["param_groups"]):
+        for p, key in zip(group["params"], saved_group["params"]):
+            for name, value in saved.get(key, {}).items():
+                if torch.is_tensor(value) and value.is_floating_point() and name != "step":
+                    opt.state[p][name] = value.to(device=p.device, dtype=torch.float32, copy=True)
+
+
+class FusedAdam(torch.optim.Optimizer):
+    """Adam/AdamW (see AdamWMode) with one fused multi-tensor kernel per group and device.
+
+    Hyper-parameters may differ per group (lr, betas, eps, weight_decay, bias_correction,
+    adam_w_mode); each group counts its own `step`. `zero_grad()` sets gradients to None when
+    `set_grad_none` (the default)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
+                 betas=(0.9, 0.999), eps: float = 1e-6,
+                 adam_w_mode: AdamWMode = AdamWMode.ADAMW_TRANSFORMERS, weight_decay: float = 0.0,
+                 set_grad_none: bool = True):
+        check_hyper(lr, betas, eps, weight_decay)
+        defaults = dict(lr=lr, bias_correction=bias_correction, betas=tuple(betas), eps=eps,
+                        weight_decay=weight_decay, adam_w_mode=int(AdamWMode(adam_w_mode)))
+        super().__init__(params, defaults)
+        self.adam_w_mode = AdamWMode(adam_w_mode)
+        self.set_grad_none = set_grad_none
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        load_fp32_state(self, state_dict, super().load_state_dict)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
+        """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
+        first (FP16_Optimizer passes 1/loss_scale)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads = params_with_grads("FusedAdam", group)
+            if not params:
+                continue
+            mode = AdamWMode(group.get("adam_w_mode", self.adam_w_mode))
+            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+            group["step"] = group.get("step", 0) + 1
+            ms, vs = zip(*(moments(self.state[p], p) for p in params))
+            beta1, beta2 = group["betas"]
+            work = _kernels.Contiguous(params)
+            for device, (ps, gs, m, v) in _kernels.by_device(work.tensors, grads, ms, vs).items():
+                _kernels.backend(device).multi_tensor_adam(
+                    ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                    weight_decay=group["weight_decay"], step=group["step"],
+                    bias_correction=bool(group["bias_correction"]), adam_w_mode=int(mode),
+                    grad_scale=grad_scale)
+            work.write_back()
+        return loss

@@ -1,0 +1,91 @@
+"""FusedLamb: LAMB (You et al., "Large Batch Optimization for Deep Learning") with multi-tensor
+kernels, as NVIDIA's and ONNX Runtime's implementations define it.
+
+With t the group's step, bc1 = 1-β1^t and bc2 = 1-β2^t (1 without bias correction):
+
+    global clipping: n = ‖all gradients of all groups‖;  g ← g / max(1, n / max_grad_norm)
+                     (skipped when max_grad_norm is None or <= 0)
+    L2 mode (adam_w_mode=False): g ← g + wd·p
+    m ← β1·m + β3·g   (β3 = 1-β1 with grad_averaging, else 1)      v ← β2·v + (1-β2)·g²
+    u = (m/bc1) / (√(v/bc2) + eps);   decoupled mode (adam_w_mode=True): u ← u + wd·p
+    per tensor: w = ‖p‖ (clamped to max_weight_norm when given), r = ‖u‖
+                ratio = w/r if w > 0 and r > 0 else 1   — applied only when wd ≠ 0 or use_nvlamb,
+                otherwise ratio = 1; then clipped to [ratio_min, ratio_max]
+    p ← p - lr·ratio·u
+
+A non-finite global gradient norm raises before any parameter or state is touched.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from . import _kernels
+from .fused_adam import check_hyper, load_fp32_state, moments, params_with_grads
+
+
+class FusedLamb(torch.optim.Optimizer):
+    def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
+                 betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01,
+                 adam_w_mode: bool = True, grad_averaging: bool = True,
+                 max_grad_norm: Optional[float] = 1.0, use_nvlamb: bool = False,
+                 ratio_min: float = 0.0, ratio_max: float = math.inf,
+                 max_weight_norm: Optional[float] = None, set_grad_none: bool = True):
+        check_hyper(lr, betas, eps, weight_decay)
+        if ratio_min > ratio_max or ratio_min < 0:
+            raise ValueError(f"invalid trust-ratio bounds [{ratio_min}, {ratio_max}]")
+        if max_weight_norm is not None and max_weight_norm <= 0:
+            raise ValueError(f"invalid max_weight_norm {max_weight_norm}: must be > 0 or None")
+        defaults = dict(lr=lr, bias_correction=bias_correction, betas=tuple(betas), eps=eps,
+                        weight_decay=weight_decay, adam_w_mode=adam_w_mode,
+                        grad_averaging=grad_averaging, use_nvlamb=use_nvlamb, ratio_min=ratio_min,
+                        ratio_max=ratio_max, max_weight_norm=max_weight_norm)
+        super().__init__(params, defaults)
+        self.max_grad_norm = max_grad_norm
+        self.set_grad_none = set_grad_none
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        load_fp32_state(self, state_dict, super().load_state_dict)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
+        """One update. `grad_scale` multiplies every gradient before clipping (FP16_Optimizer
+        passes 1/loss_scale)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        work = [(group, *params_with_grads("FusedLamb", group)) for group in self.param_groups]
+        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+            norm = _kernels.l2norm([g for _, _, grads in work for g in grads]) * grad_scale
+            if not math.isfinite(norm):
+                raise FloatingPointError(
+                    f"FusedLamb: the global gradient norm is {norm}; no parameter was updated "
+                    "(check the loss, or let FP16_Optimizer skip overflowing steps)")
+            grad_scale /= max(1.0, norm / self.max_grad_norm)
+        for group, params, grads in work:
+            if not params:
+                continue
+            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+            group["step"] = group.get("step", 0) + 1
+            ms, vs = zip(*(moments(self.state[p], p) for p in params))
+            beta1, beta2 = group["betas"]
+            max_weight_norm = group["max_weight_norm"]
+            contiguous = _kernels.Contiguous(params)
+            for device, (ps, gs, m, v) in _kernels.by_device(contiguous.tensors, grads, ms, vs).items():
+                _kernels.backend(device).multi_tensor_lamb(
+                    ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                    weight_decay=group["weight_decay"], step=group["step"],
+                    bias_correction=bool(group["bias_correction"]),
+                    adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
+                    use_nvlamb=bool(group["use_nvlamb"]), ratio_min=float(group["ratio_min"]),
+                    ratio_max=min(float(group["ratio_max"]), 1e30),
+                    max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
+                    grad_scale=grad_scale)
+            contiguous.write_back()
+        return loss
