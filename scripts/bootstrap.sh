@@ -25,11 +25,12 @@ if [ ! -x .venv/bin/python ]; then
   $PY -m venv .venv
 fi
 stamp=.venv/.requirements.sha
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-no-isolation.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[bootstrap] pip install -r requirements.txt (torch is a large download the first time)"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
+  DS_BUILD_OPS=0 .venv/bin/pip install -q --no-build-isolation --no-deps -r requirements-no-isolation.txt
   echo "$want" > "$stamp"
 fi
 
