@@ -76,6 +76,17 @@ bool scale_cpu(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>
 // √(Σ‖t‖²) over every tensor, accumulated in double; inf or nan when an element is.
 double l2norm_cpu(const std::vector<at::Tensor>& tensors);
 
+// CUDA entry points (kernels/cuda/multi_tensor_cuda.cc, in torch_ort._C_cuda): the same contract.
+// scale and l2norm wait for their result (the caller branches on it).
+void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const AdamHyper& h);
+void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const LambHyper& h);
+bool scale_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale);
+double l2norm_cuda(const std::vector<at::Tensor>& tensors);
+
 // Which CPU path runs: "avx512" or "portable". set_cpu_path("portable") forces the portable one
 // (tests run both); set_cpu_path("auto") picks AVX-512 when the processor has it.
 std::string cpu_path();

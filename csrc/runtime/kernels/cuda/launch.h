@@ -1,0 +1,47 @@
+// The boundary between the ATen glue (multi_tensor_cuda.cc, compiled by the host compiler) and the
+// CUDA kernels (multi_tensor.cu, compiled by nvcc without torch headers, so it builds in seconds):
+// plain pointers, sizes, an element-type tag and the step's scalars.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace torch_ort::optim::cuda {
+
+enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// depth parallel lists of `n` tensors: ptrs[list][tensor], numel[tensor]. All tensors of one list
+// share one element type (the glue groups them so).
+struct Lists {
+  std::vector<std::vector<void*>> ptrs;
+  std::vector<int64_t> numel;
+};
+
+struct AdamArgs {
+  float b1, one_minus_b1, b2, one_minus_b2, eps, grad_scale;
+  float step_size, inv_sqrt_bc2, decay, l2;  // AdamTerms (multi_tensor.h)
+  int mode;                                  // AdamWMode
+};
+
+struct LambArgs {
+  float b1, m_weight, b2, one_minus_b2, eps, wd, inv_bc1, inv_bc2, grad_scale;
+  bool adam_w;
+  // Trust ratio (fused_lamb.py): applied when `ratio_on`, clipped to [ratio_min, ratio_max].
+  bool ratio_on;
+  float lr, ratio_min, ratio_max, max_weight_norm;  // max_weight_norm <= 0: no clamp
+};
+
+// Lists: params (P), grads (G), exp_avgs, exp_avg_sqs (fp32).
+void adam(const Lists& l, Elem p, Elem g, const AdamArgs& a, cudaStream_t stream);
+// Same lists. `sums` is 2·n zeroed doubles of device memory (‖p‖², ‖u‖² per tensor) and
+// `scaled_lr` n floats of device memory, both scratch.
+void lamb(const Lists& l, Elem p, Elem g, const LambArgs& a, double* sums, float* scaled_lr,
+          cudaStream_t stream);
+// Lists: src (S), dst (D). Sets *found (device int, zeroed by the caller) when src has inf/nan.
+void scale(const Lists& l, Elem s, Elem d, float factor, int* found, cudaStream_t stream);
+// One list. Adds Σx² to *sum (a device double, zeroed by the caller).
+void sum_squares(const Lists& l, Elem t, double* sum, cudaStream_t stream);
+
+}  // namespace torch_ort::optim::cuda

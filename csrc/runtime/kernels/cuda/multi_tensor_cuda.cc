@@ -1,0 +1,121 @@
+// ATen glue of the CUDA multi-tensor kernels: checks the lists (multi_tensor.cc), groups the
+// tensors by device and element types (one kernel instantiation per group), and launches
+// multi_tensor.cu's kernels on the current stream of each device.
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "csrc/runtime/errors.h"
+#include "csrc/runtime/kernels/cuda/launch.h"
+#include "csrc/runtime/kernels/multi_tensor.h"
+
+namespace torch_ort::optim {
+namespace {
+
+cuda::Elem elem(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return cuda::Elem::kF32;
+    case at::kHalf: return cuda::Elem::kF16;
+    case at::kBFloat16: return cuda::Elem::kBF16;
+    default: throw InputMismatchError("dtype " + std::string(c10::toString(t.scalar_type())) +
+                                      " in a multi-tensor kernel; expected float32, float16 or bfloat16");
+  }
+}
+
+struct Group {
+  c10::Device device;
+  cuda::Elem first, second;  // element types of lists 0 and 1 (1 == 0 for one list)
+  cuda::Lists lists;
+};
+
+// Splits the call by (device, element type of list 0, of list 1), keeping the tensors' order.
+std::vector<Group> groups_of(const std::vector<const std::vector<at::Tensor>*>& lists) {
+  std::map<std::tuple<int, int, int>, size_t> where;
+  std::vector<Group> out;
+  const std::vector<at::Tensor>& first = *lists[0];
+  for (size_t i = 0; i < first.size(); ++i) {
+    const cuda::Elem a = elem(first[i]);
+    const cuda::Elem b = lists.size() > 1 ? elem((*lists[1])[i]) : a;
+    const auto key = std::make_tuple(int(first[i].device().index()), int(a), int(b));
+    auto it = where.find(key);
+    if (it == where.end()) {
+      it = where.emplace(key, out.size()).first;
+      out.push_back({first[i].device(), a, b, cuda::Lists{std::vector<std::vector<void*>>(lists.size()), {}}});
+    }
+    Group& g = out[it->second];
+    for (size_t l = 0; l < lists.size(); ++l) g.lists.ptrs[l].push_back((*lists[l])[i].data_ptr());
+    g.lists.numel.push_back(first[i].numel());
+  }
+  return out;
+}
+
+cudaStream_t stream_of(const c10::Device& d) { return at::cuda::getCurrentCUDAStream(d.index()).stream(); }
+
+}  // namespace
+
+void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const AdamHyper& h) {
+  check_lists("multi_tensor_adam", {&params, &grads, &exp_avgs, &exp_avg_sqs},
+              {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
+  const AdamTerms t = adam_terms(h);
+  const cuda::AdamArgs a{float(h.beta1), float(1.0 - h.beta1), float(h.beta2), float(1.0 - h.beta2),
+                         float(h.eps), float(h.grad_scale), t.step_size, t.inv_sqrt_bc2, t.decay, t.l2,
+                         int(h.mode)};
+  for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    cuda::adam(g.lists, g.first, g.second, a, stream_of(g.device));
+  }
+}
+
+void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const LambHyper& h) {
+  check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
+              {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, double(h.step)) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, double(h.step)) : 1.0;
+  const cuda::LambArgs a{float(h.beta1), float(h.grad_averaging ? 1.0 - h.beta1 : 1.0), float(h.beta2),
+                         float(1.0 - h.beta2), float(h.eps), float(h.weight_decay), float(1.0 / bc1),
+                         float(1.0 / bc2), float(h.grad_scale), h.adam_w_mode,
+                         h.use_nvlamb || h.weight_decay != 0.0, float(h.lr), float(h.ratio_min),
+                         float(h.ratio_max), float(h.max_weight_norm)};
+  for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    const int64_t n = int64_t(g.lists.numel.size());
+    at::Tensor sums = at::zeros({2 * n}, at::TensorOptions().dtype(at::kDouble).device(g.device));
+    at::Tensor lrs = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(g.device));
+    cuda::lamb(g.lists, g.first, g.second, a, sums.data_ptr<double>(), lrs.data_ptr<float>(),
+               stream_of(g.device));
+  }
+}
+
+bool scale_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale) {
+  check_lists("multi_tensor_scale", {&src, &dst}, {"src", "dst"}, 2, c10::DeviceType::CUDA);
+  bool found = false;
+  for (const Group& g : groups_of({&src, &dst})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(g.device));
+    cuda::scale(g.lists, g.first, g.second, float(scale), flag.data_ptr<int>(), stream_of(g.device));
+    found |= flag.item<int>() != 0;
+  }
+  return found;
+}
+
+double l2norm_cuda(const std::vector<at::Tensor>& tensors) {
+  check_lists("multi_tensor_l2norm", {&tensors}, {"tensors"}, 1, c10::DeviceType::CUDA);
+  double total = 0;
+  for (const Group& g : groups_of({&tensors})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(g.device));
+    cuda::sum_squares(g.lists, g.first, sum.data_ptr<double>(), stream_of(g.device));
+    total += sum.item<double>();
+  }
+  return std::sqrt(total);
+}
+
+}  // namespace torch_ort::optim
