@@ -3,8 +3,6 @@ math (a low-precision parameter is read as fp32 and rounded back once per step).
 kernels are compared with these step by step."""
 import math
 
-import torch
-
 
 def adam_step(p, g, m, v, *, lr, beta1, beta2, eps, weight_decay, step, bias_correction, mode):
     """One step of AdamWMode `mode` on p (any float dtype); m and v are fp32, updated in place."""

@@ -1,6 +1,5 @@
 """FusedAdam against plain references of its three rules (optim_reference.adam_step) and against
 torch.optim, step by step, on both CPU kernel paths; checkpoints; bad input."""
-import io
 
 import pytest
 import torch
