@@ -2,9 +2,12 @@
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "csrc/runtime/executor.h"
 
+#include <optional>
 #include <set>
 #include <string>
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include "csrc/core/autodiff/aten_op.h"
@@ -50,6 +53,10 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
       if (v != kNoValue && !read[v]) v = kNoValue;  // kernels may skip unread outputs
     if (n.domain == kOurDomain && n.op_type == kAtenOpGrad)
       for (ValueId v : cs.outputs) cs.none_ok.push_back(v != kNoValue && !node_read[v]);
+    // A Function's forward, and autograd's backward (a Function's backward, an ATen op's), run
+    // under the caller's autocast state as they would in eager.
+    cs.caller_autocast =
+        n.domain == kOurDomain && (n.op_type == kPythonOp || n.op_type == kAtenOpGrad);
     out.push_back(std::move(cs));
   }
   if (!missing.empty()) {
@@ -70,6 +77,8 @@ void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& 
   for (const CompiledStep& s : steps) {
     KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
                   s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok);
+    std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
+    if (!s.caller_autocast) no_autocast.emplace(c10::autocast_dispatch_keyset);
     try {
       s.fn(ctx);
     } catch (const KernelError&) {

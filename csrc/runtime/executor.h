@@ -21,6 +21,7 @@ struct CompiledStep {
   std::vector<ValueId> outputs;     // kNoValue: omitted, or produced but never read
   std::vector<ValueId> free_after;  // slots dropped right after this step
   std::vector<bool> none_ok;        // per output: may stay unset (a None gradient no node reads)
+  bool caller_autocast = false;     // runs under the caller's autocast state (PythonOp, ATenOpGrad)
 };
 
 // Per value: does any node, graph output or extra root read it? (Unread outputs are skipped.)
@@ -32,6 +33,8 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
                                         const std::vector<char>& read);
 
 // Runs the steps over `slots`. Kernel failures become KernelError naming the op and the node.
+// The graph already holds autocast's casts, so kernels run with autocast off; steps marked
+// caller_autocast run user code or PyTorch autograd and see the caller's state, as in eager.
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
                c10::Device device);
 

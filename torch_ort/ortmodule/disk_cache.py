@@ -6,8 +6,9 @@ An entry is two files named by a SHA-256 key: `<key>.onnx` (the graph our engine
 Nothing in an entry is code: the JSON is data and the output tree is pytree's JSON form. The key
 covers the versions of torch and torch_ort, the module's structure (repr, the source files of its
 classes, every parameter's and buffer's name, shape and dtype), the training flag, the input
-schema, the opset and the ATen fallback set. An entry that does not parse, whose graph does not
-match its recorded digest, or that names parameters the module lacks is ignored and rewritten.
+schema, the autocast state, the opset and the ATen fallback set. An entry that does not parse,
+whose graph does not match its recorded digest, or that names parameters the module lacks is
+ignored and rewritten.
 Graphs with PythonOp nodes are never cached: their Functions live only in the exporting process.
 """
 from __future__ import annotations

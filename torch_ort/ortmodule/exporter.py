@@ -67,6 +67,8 @@ def _quiet_exporter():
             LOGGER.debug("exporter output:\n%s", stderr.getvalue())
 
 
+_DEVICE_TYPES = ("cpu", "cuda")  # whose autocast state the export carries
+
 _DATA_DEPENDENT_HINT = (
     "Python control flow on a tensor's value (`if tensor:`, `.item()`, `bool(tensor)`) cannot be "
     "captured in a graph; use torch.where or torch.cond, or keep the decision outside the module.")
@@ -157,6 +159,45 @@ def _attribute_reads(module: torch.nn.Module):
         module.__class__ = cls
 
 
+def autocast_state(device_types) -> tuple:
+    """(device type, dtype) per device type with autocast on: the export records autocast's casts,
+    so a graph holds only under the state it was exported in (the engine itself runs with autocast
+    off, csrc/runtime/executor.h)."""
+    return tuple((d, torch.get_autocast_dtype(d)) for d in sorted(device_types)
+                 if torch.amp.is_autocast_available(d) and torch.is_autocast_enabled(d))
+
+
+@contextlib.contextmanager
+def _autocast_inside(module: torch.nn.Module, state: tuple):
+    """The caller's autocast (`state`) entered inside the traced forward, and off around the
+    exporter: its decompositions would otherwise re-apply autocast to a graph that already holds
+    the casts (and break regions the model runs with autocast disabled)."""
+    if not state:
+        yield
+        return
+    outer = module.__dict__.get("forward")
+    forward = module.forward  # after _attribute_reads: its recording forward
+
+    @functools.wraps(forward)
+    def autocast_forward(*args, **kwargs):
+        with contextlib.ExitStack() as regions:
+            for device, dtype in state:
+                regions.enter_context(torch.autocast(device, dtype=dtype))
+            return forward(*args, **kwargs)
+
+    with contextlib.ExitStack() as off:
+        for device, _ in state:
+            off.enter_context(torch.autocast(device, enabled=False))
+        module.__dict__["forward"] = autocast_forward
+        try:
+            yield
+        finally:
+            if outer is None:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = outer
+
+
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
                   functions: python_op_export.FunctionPolicy | None = None,
@@ -172,7 +213,8 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     try:
         with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
                 python_op_export.opaque_functions(capture, type(module).__name__), \
-                _attribute_reads(module) as reads:
+                _attribute_reads(module) as reads, \
+                _autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),
                                         custom_translation_table=table or None,

@@ -10,6 +10,7 @@ from torch_ort.ortmodule import hf, memory_stats, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback
 from torch_ort.ortmodule.bridge import EngineFunction
 from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
+from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
     ORTModuleDeviceException,
@@ -41,7 +42,7 @@ class ORTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._debug.apply_log_level()
         self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
-        self._runners: dict = {}  # (training path, input schema) -> GraphRunner
+        self._runners: dict = {}  # (training, input schema, autocast state) -> GraphRunner
         self._stale: dict = {}    # key -> (runner, attributes set): compared when it re-exports
         self._changed: set = set()   # attributes set since the last call (re-export pending)
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
@@ -175,6 +176,11 @@ class ORTModule(torch.nn.Module):
                 f"inputs and parameters are on {sorted(map(str, devices))}; the engine runs when all "
                 f"are on one device of type {' or '.join(_DEVICES)}")
 
+    def _device_types(self, tensors) -> set:
+        """Where this call computes: its tensors' devices, else its parameters'."""
+        return {t.device.type for t in tensors} or \
+            {p.device.type for p in self.module.parameters()} or {"cpu"}
+
     def _count_export(self):
         self.export_count += 1
 
@@ -188,7 +194,7 @@ class ORTModule(torch.nn.Module):
             if t.is_complex() or t.is_quantized or t.is_sparse:
                 raise ORTModuleIOError(f"input tensor {i} has unsupported dtype/layout {t.dtype}/{t.layout}")
         schema = input_schema(spec, flat)
-        key = (self.module.training, schema)
+        key = (self.module.training, schema, autocast_state(self._device_types(tensors)))
         runner = self._runners.get(key)
         if runner is None or not runner.accepts(tensors):
             self._check_devices(tensors, self.module.parameters())

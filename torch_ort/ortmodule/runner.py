@@ -83,6 +83,7 @@ class GraphRunner:
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
                                                self._on_export, functions, st.deepcopy_before_export)
         self._slots = [_slot(self._module, n) for n in self.export.param_names]
+        self._param_dtypes = [p.dtype for p in self.params]  # the graph's types for them
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
 
@@ -98,12 +99,13 @@ class GraphRunner:
         self._engines = old._engines
 
     def accepts(self, tensors) -> bool:
-        """False when the export fixed a size that this call's inputs do not have."""
+        """False when the export fixed a size that this call's inputs do not have, or when the
+        parameters changed dtype since (`module.to(torch.bfloat16)`)."""
         for t, dims in zip(tensors, self.export.static_dims):
             for size, fixed in zip(t.shape, dims):
                 if fixed is not None and size != fixed:
                     return False
-        return True
+        return [p.dtype for p in self.params] == self._param_dtypes
 
     def engine_for(self, training: bool, tensors, args: tuple, kwargs: dict):
         """The engine for this call; an engine build that names ops we cannot run re-exports with
