@@ -58,8 +58,12 @@ ext = CppExtension(
         # Hidden by default: our protobuf copy and helpers must not interpose with libtorch's
         # own protobuf symbols; PYBIND11_MODULE exports PyInit__C explicitly.
         "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+        # at::parallel_for is a header template over OpenMP (torch's AT_PARALLEL_OPENMP): without
+        # -fopenmp its pragma is dropped and the optimizer kernels run on one thread.
+        "-fopenmp",
     ]},
     extra_link_args=[
+        "-fopenmp",  # libgomp.so.1: the one torch already loaded (same soname), not a second runtime
         os.path.join(ROOT, PROTOBUF_LIB),
         # Keep every symbol of the static protobuf out of our dynamic symbol table.
         "-Wl,--exclude-libs,ALL",
