@@ -87,7 +87,7 @@ def cuda_extension():
     return CUDAExtension(
         name="torch_ort._C_cuda",
         sources=["csrc/runtime/kernels/cuda/multi_tensor.cu", "csrc/runtime/kernels/cuda/multi_tensor_cuda.cc",
-                 "csrc/runtime/kernels/multi_tensor.cc", "csrc/bindings/cuda_module.cc"],
+                 "csrc/runtime/kernels/cuda/multi_tensor_checks.cc", "csrc/bindings/cuda_module.cc"],
         include_dirs=[ROOT],
         extra_compile_args={"cxx": ["-std=c++20", "-O2", "-g0", "-fvisibility=hidden",
                                     "-fvisibility-inlines-hidden"],

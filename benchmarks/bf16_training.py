@@ -22,6 +22,7 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(HERE, "results")
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import model_zoo  # noqa: E402
@@ -44,6 +45,12 @@ def variant(model, opt, bf16: bool):
 
 
 def main() -> None:
+    lines = []
+
+    def out(line: str) -> None:
+        print(line)
+        lines.append(line)
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
@@ -86,17 +93,19 @@ def main() -> None:
         "variants": rows,
         "speedup_vs_eager_bf16": baseline / rows["ORTModule + FusedAdam, bf16 autocast"]["median_s"],
     }
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "bf16_training.json"), "w") as f:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    with open(os.path.join(RESULTS_DIR, "bf16_training.json"), "w") as f:
         json.dump(result, f, indent=1)
     tokens = BATCH * CONTEXT
-    print(f"baby GPT training step ({sum(p.numel() for p in base.parameters()) / 1e6:.1f}M parameters, "
-          f"{tokens} tokens); medians of {args.steps} rounds after {args.warmup}")
-    print("| variant | median step | tokens/s | vs eager bf16 | loss at last step |")
-    print("|---|---|---|---|---|")
+    out(f"baby GPT training step ({sum(p.numel() for p in base.parameters()) / 1e6:.1f}M parameters, "
+        f"{tokens} tokens); medians of {args.steps} rounds after {args.warmup}")
+    out("| variant | median step | tokens/s | vs eager bf16 | loss at last step |")
+    out("|---|---|---|---|---|")
     for name, row in rows.items():
-        print(f"| {name} | {row['median_s'] * 1e3:.0f} ms | {tokens / row['median_s']:.0f} | "
-              f"{baseline / row['median_s']:.2f}× | {row['losses'][-1]:.4f} |")
+        out(f"| {name} | {row['median_s'] * 1e3:.0f} ms | {tokens / row['median_s']:.0f} | "
+            f"{baseline / row['median_s']:.2f}× | {row['losses'][-1]:.4f} |")
+    with open(os.path.join(RESULTS_DIR, "bf16_training.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_ort
+
+# The optimizer kernels' CPU paths this processor has (tests run each).
+OPTIM_CPU_PATHS = ["avx512", "portable"] if torch_ort._C.optim_cpu_path() == "avx512" else ["portable"]
+
+
+@pytest.fixture(params=OPTIM_CPU_PATHS)
+def cpu_path(request):
+    """Runs the test once per CPU path of the optimizer kernels."""
+    torch_ort._C.set_optim_cpu_path(request.param)
+    yield request.param
+    torch_ort._C.set_optim_cpu_path("auto")
+
 
 @pytest.fixture
 def strict(monkeypatch):

@@ -1,24 +1,16 @@
 """FusedAdam against plain references of its three rules (optim_reference.adam_step) and against
 torch.optim, step by step, on both CPU kernel paths; checkpoints; bad input."""
-
 import pytest
 import torch
 
 import torch_ort
 from torch_ort.optim import AdamWMode, FusedAdam
 
+from conftest import OPTIM_CPU_PATHS as PATHS
 from optim_reference import adam_step
 
-PATHS = ["avx512", "portable"] if torch_ort._C.optim_cpu_path() == "avx512" else ["portable"]
 # 40000 > one 32768-element chunk; 37 and 5 leave SIMD tails.
 SHAPES = [(40000,), (37,), (16, 16), (5,)]
-
-
-@pytest.fixture(params=PATHS)
-def cpu_path(request):
-    torch_ort._C.set_optim_cpu_path(request.param)
-    yield request.param
-    torch_ort._C.set_optim_cpu_path("auto")
 
 
 def make_params(dtypes=(torch.float32,), seed=0):

@@ -5,18 +5,10 @@ import math
 import pytest
 import torch
 
-import torch_ort
 from torch_ort.optim import FusedLamb
 
 from optim_reference import global_norm, lamb_step
-from test_fused_adam import PATHS, make_params, random_grads
-
-
-@pytest.fixture(params=PATHS)
-def cpu_path(request):
-    torch_ort._C.set_optim_cpu_path(request.param)
-    yield request.param
-    torch_ort._C.set_optim_cpu_path("auto")
+from test_fused_adam import make_params, random_grads
 
 
 OPTIONS = {

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import _kernels
+from ._base import FusedOptimizer, check_hyper, moments, params_with_grads
 
 
 class AdamWMode(IntEnum):
@@ -29,56 +30,7 @@ class AdamWMode(IntEnum):
     ADAMW_TORCH = 2             # torch.optim.AdamW (decoupled decay before the step)
 
 
-def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
-    if not 0.0 <= lr:
-        raise ValueError(f"invalid learning rate {lr}: must be >= 0")
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"invalid betas {betas}: two values in [0, 1)")
-    if not 0.0 <= eps:
-        raise ValueError(f"invalid eps {eps}: must be >= 0")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
-
-
-def params_with_grads(opt_name: str, group: dict):
-    """The group's parameters that have a gradient, and those gradients (sparse ones refused)."""
-    params, grads = [], []
-    for p in group["params"]:
-        if p.grad is None:
-            continue
-        if p.grad.is_sparse:
-            raise RuntimeError(f"{opt_name} does not support sparse gradients (parameter of shape "
-                               f"{tuple(p.shape)}); use torch.optim.SparseAdam for sparse embeddings")
-        if p.grad.dtype != p.dtype and p.grad.dtype != torch.float32:
-            raise TypeError(f"{opt_name}: a {p.grad.dtype} gradient for a {p.dtype} parameter of shape "
-                            f"{tuple(p.shape)}; expected the parameter's dtype or float32")
-        params.append(p)
-        grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
-    return params, grads
-
-
-def moments(state: dict, p: torch.Tensor):
-    """The fp32 (exp_avg, exp_avg_sq) of p, created as zeros on first use."""
-    if "exp_avg" not in state:
-        state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-        state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-    return state["exp_avg"], state["exp_avg_sq"]
-
-
-def load_fp32_state(opt: torch.optim.Optimizer, state_dict: dict, load) -> None:
-    """torch.optim.Optimizer.load_state_dict casts floating state to the parameter's dtype; for a
-    bf16/fp16 parameter that would round the fp32 moments. Load, then put the saved fp32 values
-    back (state_dict's params are indices in param_groups order)."""
-    load(state_dict)
-    saved = state_dict["state"]
-    for group, saved_group in zip(opt.param_groups, state_dict["param_groups"]):
-        for p, key in zip(group["params"], saved_group["params"]):
-            for name, value in saved.get(key, {}).items():
-                if torch.is_tensor(value) and value.is_floating_point() and name != "step":
-                    opt.state[p][name] = value.to(device=p.device, dtype=torch.float32, copy=True)
-
-
-class FusedAdam(torch.optim.Optimizer):
+class FusedAdam(FusedOptimizer):
     """Adam/AdamW (see AdamWMode) with one fused multi-tensor kernel per group and device.
 
     Hyper-parameters may differ per group (lr, betas, eps, weight_decay, bias_correction,
@@ -92,24 +44,14 @@ class FusedAdam(torch.optim.Optimizer):
         check_hyper(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, bias_correction=bias_correction, betas=tuple(betas), eps=eps,
                         weight_decay=weight_decay, adam_w_mode=int(AdamWMode(adam_w_mode)))
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, set_grad_none)
         self.adam_w_mode = AdamWMode(adam_w_mode)
-        self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        load_fp32_state(self, state_dict, super().load_state_dict)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
         """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
         first (FP16_Optimizer passes 1/loss_scale)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.run_closure(closure)
         for group in self.param_groups:
             params, grads = params_with_grads("FusedAdam", group)
             if not params:

@@ -23,10 +23,10 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import _kernels
-from .fused_adam import check_hyper, load_fp32_state, moments, params_with_grads
+from ._base import FusedOptimizer, check_hyper, moments, params_with_grads
 
 
-class FusedLamb(torch.optim.Optimizer):
+class FusedLamb(FusedOptimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
                  betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01,
                  adam_w_mode: bool = True, grad_averaging: bool = True,
@@ -42,24 +42,14 @@ class FusedLamb(torch.optim.Optimizer):
                         weight_decay=weight_decay, adam_w_mode=adam_w_mode,
                         grad_averaging=grad_averaging, use_nvlamb=use_nvlamb, ratio_min=ratio_min,
                         ratio_max=ratio_max, max_weight_norm=max_weight_norm)
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, set_grad_none)
         self.max_grad_norm = max_grad_norm
-        self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        load_fp32_state(self, state_dict, super().load_state_dict)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
         """One update. `grad_scale` multiplies every gradient before clipping (FP16_Optimizer
         passes 1/loss_scale)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self.run_closure(closure)
         work = [(group, *params_with_grads("FusedLamb", group)) for group in self.param_groups]
         if self.max_grad_norm is not None and self.max_grad_norm > 0:
             norm = _kernels.l2norm([g for _, _, grads in work for g in grads]) * grad_scale

@@ -75,4 +75,11 @@ AdamTerms adam_terms(const AdamHyper& h) {
   return t;
 }
 
+LambTerms lamb_terms(const LambHyper& h) {
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, double(h.step)) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, double(h.step)) : 1.0;
+  return {float(h.grad_averaging ? 1.0 - h.beta1 : 1.0), float(1.0 / bc1), float(1.0 / bc2),
+          h.use_nvlamb || h.weight_decay != 0.0};
+}
+
 }  // namespace torch_ort::optim

@@ -63,6 +63,13 @@ struct AdamTerms {
 };
 AdamTerms adam_terms(const AdamHyper& h);
 
+struct LambTerms {
+  float m_weight;          // m's gradient weight: 1-β1 with grad averaging, else 1
+  float inv_bc1, inv_bc2;  // 1/bc1, 1/bc2 (1 without bias correction)
+  bool ratio_on;           // the trust ratio applies: weight decay on, or use_nvlamb
+};
+LambTerms lamb_terms(const LambHyper& h);
+
 // CPU entry points (kernels/cpu/multi_tensor.cc).
 void adam_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,

@@ -99,7 +99,7 @@ float scaled_lr(double pp, double uu, const LambHyper& h) {
   if (h.max_weight_norm > 0) w = std::min(w, h.max_weight_norm);
   const double un = std::sqrt(uu);
   double ratio = 1.0;
-  if (h.use_nvlamb || h.weight_decay != 0.0) ratio = (w > 0 && un > 0) ? w / un : 1.0;
+  if (lamb_terms(h).ratio_on) ratio = (w > 0 && un > 0) ? w / un : 1.0;
   ratio = std::min(std::max(ratio, h.ratio_min), h.ratio_max);
   return float(h.lr * ratio);
 }
@@ -111,11 +111,9 @@ void lamb_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tenso
               const LambHyper& h) {
   check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
-  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, double(h.step)) : 1.0;
-  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, double(h.step)) : 1.0;
-  const LambScalars s{float(h.beta1), float(h.grad_averaging ? 1.0 - h.beta1 : 1.0), float(h.beta2),
-                      float(1.0 - h.beta2), float(h.eps), float(h.weight_decay), float(1.0 / bc1),
-                      float(1.0 / bc2), float(h.grad_scale), h.adam_w_mode};
+  const LambTerms t = lamb_terms(h);
+  const LambScalars s{float(h.beta1), t.m_weight, float(h.beta2), float(1.0 - h.beta2), float(h.eps),
+                      float(h.weight_decay), t.inv_bc1, t.inv_bc2, float(h.grad_scale), h.adam_w_mode};
   const bool wide = simd::use_avx512();
   const std::vector<Chunk> chunks = chunks_of(params);
 

@@ -77,13 +77,11 @@ void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                const LambHyper& h) {
   check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
-  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, double(h.step)) : 1.0;
-  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, double(h.step)) : 1.0;
-  const cuda::LambArgs a{float(h.beta1), float(h.grad_averaging ? 1.0 - h.beta1 : 1.0), float(h.beta2),
-                         float(1.0 - h.beta2), float(h.eps), float(h.weight_decay), float(1.0 / bc1),
-                         float(1.0 / bc2), float(h.grad_scale), h.adam_w_mode,
-                         h.use_nvlamb || h.weight_decay != 0.0, float(h.lr), float(h.ratio_min),
-                         float(h.ratio_max), float(h.max_weight_norm)};
+  const LambTerms t = lamb_terms(h);
+  const cuda::LambArgs a{float(h.beta1), t.m_weight, float(h.beta2), float(1.0 - h.beta2), float(h.eps),
+                         float(h.weight_decay), t.inv_bc1, t.inv_bc2, float(h.grad_scale), h.adam_w_mode,
+                         t.ratio_on, float(h.lr), float(h.ratio_min), float(h.ratio_max),
+                         float(h.max_weight_norm)};
   for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
     c10::cuda::CUDAGuard guard(g.device);
     const int64_t n = int64_t(g.lists.numel.size());

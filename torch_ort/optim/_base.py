@@ -1,0 +1,78 @@
+"""What FusedAdam and FusedLamb share: hyper-parameter checks, the gradients a step reads, fp32
+moments, set_grad_none, closures, and a load_state_dict that keeps the moments fp32."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+
+def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
+    if not 0.0 <= lr:
+        raise ValueError(f"invalid learning rate {lr}: must be >= 0")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"invalid betas {betas}: two values in [0, 1)")
+    if not 0.0 <= eps:
+        raise ValueError(f"invalid eps {eps}: must be >= 0")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
+
+
+def params_with_grads(opt_name: str, group: dict):
+    """The group's parameters that have a gradient, and those gradients (sparse ones refused)."""
+    params, grads = [], []
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse:
+            raise RuntimeError(f"{opt_name} does not support sparse gradients (parameter of shape "
+                               f"{tuple(p.shape)}); use torch.optim.SparseAdam for sparse embeddings")
+        if p.grad.dtype != p.dtype and p.grad.dtype != torch.float32:
+            raise TypeError(f"{opt_name}: a {p.grad.dtype} gradient for a {p.dtype} parameter of shape "
+                            f"{tuple(p.shape)}; expected the parameter's dtype or float32")
+        params.append(p)
+        grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
+    return params, grads
+
+
+def moments(state: dict, p: torch.Tensor):
+    """The fp32 (exp_avg, exp_avg_sq) of p, created as zeros on first use."""
+    if "exp_avg" not in state:
+        state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+        state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    return state["exp_avg"], state["exp_avg_sq"]
+
+
+def load_fp32_state(opt: torch.optim.Optimizer, state_dict: dict, load) -> None:
+    """torch.optim.Optimizer.load_state_dict casts floating state to the parameter's dtype; for a
+    bf16/fp16 parameter that would round the fp32 moments. Load, then put the saved fp32 values
+    back (state_dict's params are indices in param_groups order)."""
+    load(state_dict)
+    saved = state_dict["state"]
+    for group, saved_group in zip(opt.param_groups, state_dict["param_groups"]):
+        for p, key in zip(group["params"], saved_group["params"]):
+            for name, value in saved.get(key, {}).items():
+                if torch.is_tensor(value) and value.is_floating_point() and name != "step":
+                    opt.state[p][name] = value.to(device=p.device, dtype=torch.float32, copy=True)
+
+
+class FusedOptimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer whose zero_grad sets gradients to None when `set_grad_none`, and
+    whose load_state_dict keeps fp32 moments fp32 for low-precision parameters."""
+
+    def __init__(self, params, defaults: dict, set_grad_none: bool):
+        super().__init__(params, defaults)
+        self.set_grad_none = set_grad_none
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        load_fp32_state(self, state_dict, super().load_state_dict)
+
+    @staticmethod
+    def run_closure(closure: Optional[Callable[[], torch.Tensor]]):
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
