@@ -43,6 +43,7 @@ export CCACHE_BASEDIR="$PWD"  # cache hits across checkouts at other paths (CI c
 # Editable install (no rebuild, no deps): `import torch_ort` works from any directory, e.g. for
 # the examples, and always sees this checkout's sources.
 # (The check runs from / so that the current directory does not make the import succeed.)
-if ! (cd / && "$OLDPWD/.venv/bin/python" -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$PWD/') else 1)") 2>/dev/null; then
+root=$PWD  # (inside the subshell below, $PWD is / by the time the command line is expanded)
+if ! (cd / && "$root/.venv/bin/python" -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$root/') else 1)") 2>/dev/null; then
   .venv/bin/pip install -q --no-build-isolation --no-deps -e .
 fi
