@@ -81,6 +81,19 @@ TEST(GradientStructure, MatMulBothEmitsTwoProducts) {
   EXPECT_NE(tg.input_grads[0], tg.input_grads[1]);
 }
 
+TEST(GradientStructure, MatMulSharedWeightGradientIsOneGemmOverFlattenedRows) {
+  Graph g;  // a Linear layer on (batch, seq, 4) input: the weight is shared by every batch
+  ValueId a = input(g, "A", shp({sym("batch"), sym("seq"), k(4)})), b = input(g, "B", shp({k(4), k(5)}));
+  g.outputs = {node(g, "MatMul", {a, b}, DType::kFloat, shp({sym("batch"), sym("seq"), k(5)}))};
+  TrainingGraph tg = build_training_graph(g, {true, true});
+  // dB = flat(A)ᵀ·flat(dY): no batched (batch, 4, 5) product and no reduction over the batch.
+  EXPECT_EQ(count_bw(tg, "Gemm"), 1) << str(bw_histogram(tg));
+  EXPECT_EQ(count_bw(tg, "Flatten"), 2) << str(bw_histogram(tg));
+  EXPECT_EQ(count_bw(tg, "MatMul"), 1) << str(bw_histogram(tg));  // dA = dY·Bᵀ only
+  EXPECT_EQ(count_bw(tg, "SumToShape"), 0) << str(bw_histogram(tg));
+  EXPECT_EQ(count_bw(tg, "ReduceSum"), 0) << str(bw_histogram(tg));
+}
+
 TEST(GradientStructure, GemmLinearLayerWeightAndBiasOnly) {
   Graph g;  // Y = X·Wᵀ + b, X needs no gradient (the first layer's input)
   ValueId x = input(g, "X", shp({sym("batch"), k(3)})), w = input(g, "W", shp({k(5), k(3)}));

@@ -38,14 +38,28 @@ void matmul_vector_grad(GradCtx& g, int64_t ra, int64_t rb) {
   }
 }
 
+ValueId flatten(GradCtx& g, ValueId x, int64_t axis) {
+  Attributes at;
+  at.set("axis", axis);
+  return g.op("Flatten", {x}, std::move(at));
+}
+
 // Y = A·B with numpy batching/broadcasting.
 //   dA = dY·Bᵀ, dB = Aᵀ·dY  (each summed over broadcast batch dims)
+// A weight shared by every batch row (A (..., M, K), B (K, N), a Linear layer on 3-D input):
+//   dB = Σ_i A_iᵀ·dY_i = flat(A)ᵀ·flat(dY), one (K, rows)·(rows, N) Gemm over the flattened rows,
+//   rather than a batched product of per-batch (K, N) blocks summed afterwards.
 void matmul_grad(GradCtx& g) {
   const int64_t ra = g.rank(g.in(0)), rb = g.rank(g.in(1));
   if (ra < 2 || rb < 2) return matmul_vector_grad(g, ra, rb);
   const ValueId dy = g.grad_out(0);
   if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.matmul(dy, g.transpose_last2(g.in(1))), g.in(0)));
-  if (g.needs(1)) g.set_grad(1, g.sum_to_shape_of(g.matmul(g.transpose_last2(g.in(0)), dy), g.in(1)));
+  if (!g.needs(1)) return;
+  if (rb == 2 && ra > 2) {
+    g.set_grad(1, gemm(g, flatten(g, g.in(0), ra - 1), flatten(g, dy, ra - 1), true, false, 1.0f));
+  } else {
+    g.set_grad(1, g.sum_to_shape_of(g.matmul(g.transpose_last2(g.in(0)), dy), g.in(1)));
+  }
 }
 
 // Y = alpha·A'·B' + beta·C, with A' = transA ? Aᵀ : A and B' = transB ? Bᵀ : B.
