@@ -54,6 +54,17 @@ void check_lists(const char* call, const std::vector<const std::vector<at::Tenso
   }
 }
 
+void check_grad_dtypes(const char* call, const std::vector<at::Tensor>& params,
+                       const std::vector<at::Tensor>& grads) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::ScalarType p = params[i].scalar_type(), g = grads[i].scalar_type();
+    if (g != p && g != at::kFloat)
+      throw InputMismatchError(where(call, "grads", i) + ": a " + std::string(c10::toString(g)) +
+                               " gradient for a " + c10::toString(p) +
+                               " parameter; expected the parameter's dtype or float32");
+  }
+}
+
 AdamTerms adam_terms(const AdamHyper& h) {
   const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, double(h.step)) : 1.0;
   const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, double(h.step)) : 1.0;

@@ -54,6 +54,11 @@ struct LambHyper {
 void check_lists(const char* call, const std::vector<const std::vector<at::Tensor>*>& lists,
                  const std::vector<const char*>& names, size_t param_like, c10::DeviceType device);
 
+// Every gradient has its parameter's dtype or fp32 (InputMismatchError otherwise), checked before
+// any tensor is touched.
+void check_grad_dtypes(const char* call, const std::vector<at::Tensor>& params,
+                       const std::vector<at::Tensor>& grads);
+
 // The scalar bias-correction and step-size terms of a step, shared by the CPU and CUDA kernels.
 struct AdamTerms {
   float step_size;       // modes 0/1: lr·√bc2/bc1;  mode 2: lr/bc1

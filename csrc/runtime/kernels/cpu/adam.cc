@@ -88,6 +88,7 @@ void adam_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tenso
               const AdamHyper& h) {
   check_lists("multi_tensor_adam", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
+  check_grad_dtypes("multi_tensor_adam", params, grads);
   const AdamScalars s{float(h.beta1), float(1.0 - h.beta1), float(h.beta2), float(1.0 - h.beta2),
                       float(h.eps), float(h.grad_scale), adam_terms(h)};
   switch (h.mode) {

@@ -111,6 +111,7 @@ void lamb_cpu(const std::vector<at::Tensor>& params, const std::vector<at::Tenso
               const LambHyper& h) {
   check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
+  check_grad_dtypes("multi_tensor_lamb", params, grads);
   const LambTerms t = lamb_terms(h);
   const LambScalars s{float(h.beta1), t.m_weight, float(h.beta2), float(1.0 - h.beta2), float(h.eps),
                       float(h.weight_decay), t.inv_bc1, t.inv_bc2, float(h.grad_scale), h.adam_w_mode};

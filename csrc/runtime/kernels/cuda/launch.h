@@ -28,20 +28,29 @@ struct AdamArgs {
 struct LambArgs {
   float b1, m_weight, b2, one_minus_b2, eps, wd, inv_bc1, inv_bc2, grad_scale;
   bool adam_w;
-  // Trust ratio (fused_lamb.py): applied when `ratio_on`, clipped to [ratio_min, ratio_max].
+  // Trust ratio (fused_lamb.py): applied when `ratio_on`, clipped to [ratio_min, ratio_max]. In
+  // double, as the CPU kernel computes lr·ratio before rounding it to float.
   bool ratio_on;
-  float lr, ratio_min, ratio_max, max_weight_norm;  // max_weight_norm <= 0: no clamp
+  double lr, ratio_min, ratio_max, max_weight_norm;  // max_weight_norm <= 0: no clamp
 };
+
+// Sums (‖p‖², ‖u‖², Σx²) are deterministic: every block writes its partial to its own slot of a
+// `partials` buffer, numbered by (tensor, chunk) in call order, and a second kernel adds each
+// tensor's slots in that order. chunk_offsets(l)[t] is tensor t's first slot (n + 1 entries; the
+// last is the number of slots); the glue uploads it as `offsets`.
+std::vector<int64_t> chunk_offsets(const Lists& l);
 
 // Lists: params (P), grads (G), exp_avgs, exp_avg_sqs (fp32).
 void adam(const Lists& l, Elem p, Elem g, const AdamArgs& a, cudaStream_t stream);
-// Same lists. `sums` is 2·n zeroed doubles of device memory (‖p‖², ‖u‖² per tensor) and
-// `scaled_lr` n floats of device memory, both scratch.
-void lamb(const Lists& l, Elem p, Elem g, const LambArgs& a, double* sums, float* scaled_lr,
-          cudaStream_t stream);
+// Same lists. Device scratch: `partials` 2·slots doubles, `offsets` the n + 1 chunk offsets,
+// `sums` 2·n doubles (‖p‖², ‖u‖² per tensor), `scaled_lr` n floats.
+void lamb(const Lists& l, Elem p, Elem g, const LambArgs& a, double* partials, const int64_t* offsets,
+          double* sums, float* scaled_lr, cudaStream_t stream);
 // Lists: src (S), dst (D). Sets *found (device int, zeroed by the caller) when src has inf/nan.
 void scale(const Lists& l, Elem s, Elem d, float factor, int* found, cudaStream_t stream);
-// One list. Adds Σx² to *sum (a device double, zeroed by the caller).
-void sum_squares(const Lists& l, Elem t, double* sum, cudaStream_t stream);
+// One list. Writes Σx² to *sum (a device double). Scratch: `partials` (one double per slot) and
+// `offsets` = {0, slots} on the device.
+void sum_squares(const Lists& l, Elem t, double* partials, const int64_t* offsets, double* sum,
+                 cudaStream_t stream);
 
 }  // namespace torch_ort::optim::cuda

@@ -85,22 +85,40 @@ __device__ __forceinline__ float lamb_update(float p, float m, float v, const La
   return u;
 }
 
-// Block-wide sum of one double per thread, into *out with one atomic per block.
-__device__ void block_add(double x, double* out) {
+static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum needs whole warps");
+static_assert(sizeof(Meta<4>) + sizeof(LambArgs) + 2 * sizeof(void*) + sizeof(int64_t) <= 4096 &&
+                  sizeof(Meta<2>) + sizeof(float) + sizeof(void*) <= 4096 &&
+                  sizeof(Meta<1>) + 2 * sizeof(void*) + sizeof(int64_t) <= 4096,
+              "a launch's arguments must fit in 4 KiB");
+
+// Block-wide sum of one double per thread, in a fixed order (the same result every run); the
+// total is valid in thread 0. Every thread of the block must call it.
+__device__ double block_sum(double x) {
   __shared__ double part[kThreads / 32];
   for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    x = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
-    if (threadIdx.x == 0) atomicAdd(out, x);
+  double total = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kThreads / 32; ++w) total += part[w];
+  __syncthreads();  // part[] may be reused by the next call
+  return total;
+}
+
+// out[t·width + k] = Σ partials[i·width + k] over tensor t's slots [offsets[t], offsets[t+1]),
+// one block per tensor, in a fixed order.
+__global__ void reduce_slots(const double* partials, int width, const int64_t* offsets, double* out) {
+  const int t = blockIdx.x;
+  for (int k = 0; k < width; ++k) {
+    double s = 0;
+    for (int64_t i = offsets[t] + threadIdx.x; i < offsets[t + 1]; i += blockDim.x) s += partials[i * width + k];
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[t * width + k] = s;
   }
-  __syncthreads();
 }
 
 template <typename P, typename G>
-__global__ void lamb_pass1(Meta<4> m, LambArgs a, double* sums) {
+__global__ void lamb_pass1(Meta<4> m, LambArgs a, double* partials, int64_t first_slot) {
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -121,21 +139,26 @@ __global__ void lamb_pass1(Meta<4> m, LambArgs a, double* sums) {
     pp += double(pi) * pi;
     uu += double(u) * u;
   }
-  const int row = m.index[t];
-  block_add(pp, sums + 2 * row);
-  block_add(uu, sums + 2 * row + 1);
+  pp = block_sum(pp);
+  uu = block_sum(uu);
+  if (threadIdx.x == 0) {
+    partials[2 * (first_slot + blockIdx.x)] = pp;
+    partials[2 * (first_slot + blockIdx.x) + 1] = uu;
+  }
 }
 
 __global__ void lamb_ratios(const double* sums, float* scaled_lr, int n, LambArgs a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  // The CPU kernel's std::min/std::max, written out: fmin/fmax would drop a nan instead.
   double w = sqrt(sums[2 * i]);
-  if (a.max_weight_norm > 0) w = fmin(w, double(a.max_weight_norm));
+  if (a.max_weight_norm > 0 && a.max_weight_norm < w) w = a.max_weight_norm;
   const double un = sqrt(sums[2 * i + 1]);
   double ratio = 1.0;
   if (a.ratio_on) ratio = (w > 0 && un > 0) ? w / un : 1.0;
-  ratio = fmin(fmax(ratio, double(a.ratio_min)), double(a.ratio_max));
-  scaled_lr[i] = float(double(a.lr) * ratio);
+  if (ratio < a.ratio_min) ratio = a.ratio_min;
+  if (a.ratio_max < ratio) ratio = a.ratio_max;
+  scaled_lr[i] = float(a.lr * ratio);
 }
 
 template <typename P>
@@ -170,7 +193,7 @@ __global__ void scale_kernel(Meta<2> m, float factor, int* found) {
 }
 
 template <typename T>
-__global__ void sum_squares_kernel(Meta<1> m, double* sum) {
+__global__ void sum_squares_kernel(Meta<1> m, double* partials, int64_t first_slot) {
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -180,7 +203,8 @@ __global__ void sum_squares_kernel(Meta<1> m, double* sum) {
     const double v = load(x, i);
     s += v * v;
   }
-  block_add(s, sum);
+  s = block_sum(s);
+  if (threadIdx.x == 0) partials[first_slot + blockIdx.x] = s;
 }
 
 void check(cudaError_t e, const char* what) {
@@ -188,12 +212,18 @@ void check(cudaError_t e, const char* what) {
 }
 
 // Packs every chunk of every non-empty tensor into launches of at most kMaxTensors tensors and
-// kMaxBlocks blocks, calling launch(meta, blocks) for each. A tensor whose chunks span two launches
-// keeps going in slot 0 of the next.
+// kMaxBlocks blocks, calling launch(meta, blocks, first_slot) for each, first_slot being the
+// number of blocks launched before (chunk_offsets' numbering). A tensor whose chunks span two
+// launches keeps going in slot 0 of the next.
 template <int kDepth, typename F>
 void for_launches(const Lists& l, const F& launch) {
   Meta<kDepth> m{};
   int used = 0, blocks = 0;  // tensor slots and blocks filled in m
+  int64_t launched = 0;      // blocks of earlier launches
+  auto go = [&] {
+    launch(m, blocks, launched);
+    launched += blocks;
+  };
   auto put = [&](int slot, int t) {
     for (int d = 0; d < kDepth; ++d) m.ptr[d][slot] = l.ptrs[d][t];
     m.numel[slot] = l.numel[t];
@@ -202,7 +232,7 @@ void for_launches(const Lists& l, const F& launch) {
   for (int t = 0; t < int(l.numel.size()); ++t) {
     if (l.numel[t] == 0) continue;
     if (used == Meta<kDepth>::kMaxTensors) {
-      launch(m, blocks);
+      go();
       used = blocks = 0;
     }
     const int slot = used++;
@@ -212,7 +242,7 @@ void for_launches(const Lists& l, const F& launch) {
       m.block_tensor[blocks] = static_cast<unsigned char>(used - 1);
       m.block_chunk[blocks] = c;
       if (++blocks < kMaxBlocks) continue;
-      launch(m, blocks);
+      go();
       blocks = 0;
       used = 0;
       if (c + 1 < chunks) {
@@ -221,8 +251,10 @@ void for_launches(const Lists& l, const F& launch) {
       }
     }
   }
-  if (blocks) launch(m, blocks);
+  if (blocks) go();
 }
+
+int64_t chunks_of(int64_t numel) { return (numel + kChunk - 1) / kChunk; }
 
 template <typename F>
 void with_elem(Elem e, const F& f) {
@@ -241,7 +273,7 @@ void adam(const Lists& l, Elem pe, Elem ge, const AdamArgs& a, cudaStream_t stre
     with_elem(ge, [&](auto* g0) {
       using P = std::remove_pointer_t<decltype(p0)>;
       using G = std::remove_pointer_t<decltype(g0)>;
-      for_launches<4>(l, [&](const Meta<4>& m, int blocks) {
+      for_launches<4>(l, [&](const Meta<4>& m, int blocks, int64_t) {
         if (a.mode == 0) adam_kernel<P, G, 0><<<blocks, kThreads, 0, stream>>>(m, a);
         else if (a.mode == 1) adam_kernel<P, G, 1><<<blocks, kThreads, 0, stream>>>(m, a);
         else adam_kernel<P, G, 2><<<blocks, kThreads, 0, stream>>>(m, a);
@@ -251,19 +283,21 @@ void adam(const Lists& l, Elem pe, Elem ge, const AdamArgs& a, cudaStream_t stre
   check(cudaGetLastError(), "multi_tensor_adam launch");
 }
 
-void lamb(const Lists& l, Elem pe, Elem ge, const LambArgs& a, double* sums, float* scaled_lr,
-          cudaStream_t stream) {
+void lamb(const Lists& l, Elem pe, Elem ge, const LambArgs& a, double* partials, const int64_t* offsets,
+          double* sums, float* scaled_lr, cudaStream_t stream) {
+  const int n = int(l.numel.size());
   with_elem(pe, [&](auto* p0) {
     using P = std::remove_pointer_t<decltype(p0)>;
     with_elem(ge, [&](auto* g0) {
       using G = std::remove_pointer_t<decltype(g0)>;
-      for_launches<4>(l, [&](const Meta<4>& m, int blocks) {
-        lamb_pass1<P, G><<<blocks, kThreads, 0, stream>>>(m, a, sums);
+      for_launches<4>(l, [&](const Meta<4>& m, int blocks, int64_t first_slot) {
+        lamb_pass1<P, G><<<blocks, kThreads, 0, stream>>>(m, a, partials, first_slot);
       });
     });
-    const int n = int(l.numel.size());
+    // Same stream: each kernel starts after the previous one has finished.
+    reduce_slots<<<n, kThreads, 0, stream>>>(partials, 2, offsets, sums);
     lamb_ratios<<<(n + 255) / 256, 256, 0, stream>>>(sums, scaled_lr, n, a);
-    for_launches<4>(l, [&](const Meta<4>& m, int blocks) {
+    for_launches<4>(l, [&](const Meta<4>& m, int blocks, int64_t) {
       lamb_pass2<P><<<blocks, kThreads, 0, stream>>>(m, a, scaled_lr);
     });
   });
@@ -275,7 +309,7 @@ void scale(const Lists& l, Elem se, Elem de, float factor, int* found, cudaStrea
     with_elem(de, [&](auto* d0) {
       using S = std::remove_pointer_t<decltype(s0)>;
       using D = std::remove_pointer_t<decltype(d0)>;
-      for_launches<2>(l, [&](const Meta<2>& m, int blocks) {
+      for_launches<2>(l, [&](const Meta<2>& m, int blocks, int64_t) {
         scale_kernel<S, D><<<blocks, kThreads, 0, stream>>>(m, factor, found);
       });
     });
@@ -283,14 +317,22 @@ void scale(const Lists& l, Elem se, Elem de, float factor, int* found, cudaStrea
   check(cudaGetLastError(), "multi_tensor_scale launch");
 }
 
-void sum_squares(const Lists& l, Elem te, double* sum, cudaStream_t stream) {
+void sum_squares(const Lists& l, Elem te, double* partials, const int64_t* offsets, double* sum,
+                 cudaStream_t stream) {
   with_elem(te, [&](auto* t0) {
     using T = std::remove_pointer_t<decltype(t0)>;
-    for_launches<1>(l, [&](const Meta<1>& m, int blocks) {
-      sum_squares_kernel<T><<<blocks, kThreads, 0, stream>>>(m, sum);
+    for_launches<1>(l, [&](const Meta<1>& m, int blocks, int64_t first_slot) {
+      sum_squares_kernel<T><<<blocks, kThreads, 0, stream>>>(m, partials, first_slot);
     });
   });
+  reduce_slots<<<1, kThreads, 0, stream>>>(partials, 1, offsets, sum);
   check(cudaGetLastError(), "multi_tensor_l2norm launch");
+}
+
+std::vector<int64_t> chunk_offsets(const Lists& l) {
+  std::vector<int64_t> out(l.numel.size() + 1, 0);
+  for (size_t t = 0; t < l.numel.size(); ++t) out[t + 1] = out[t] + chunks_of(l.numel[t]);
+  return out;
 }
 
 }  // namespace torch_ort::optim::cuda

@@ -1,11 +1,13 @@
 // ATen glue of the CUDA multi-tensor kernels: checks the lists (multi_tensor.cc), groups the
 // tensors by device and element types (one kernel instantiation per group), and launches
 // multi_tensor.cu's kernels on the current stream of each device.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -55,6 +57,20 @@ std::vector<Group> groups_of(const std::vector<const std::vector<at::Tensor>*>& 
 
 cudaStream_t stream_of(const c10::Device& d) { return at::cuda::getCurrentCUDAStream(d.index()).stream(); }
 
+// A host int64 vector copied to `device`, ordered on `stream`. The host buffer is pageable, so
+// the copy is staged before cudaMemcpyAsync returns and the vector may go right after.
+at::Tensor upload(const std::vector<int64_t>& v, const c10::Device& device, cudaStream_t stream) {
+  at::Tensor t = at::empty({int64_t(v.size())}, at::TensorOptions().dtype(at::kLong).device(device));
+  const cudaError_t e = cudaMemcpyAsync(t.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t),
+                                        cudaMemcpyHostToDevice, stream);
+  if (e != cudaSuccess) throw std::runtime_error(std::string("chunk offsets upload: ") + cudaGetErrorString(e));
+  return t;
+}
+
+at::TensorOptions on(const c10::Device& device, at::ScalarType dtype) {
+  return at::TensorOptions().dtype(dtype).device(device);
+}
+
 }  // namespace
 
 void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
@@ -62,6 +78,7 @@ void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                const AdamHyper& h) {
   check_lists("multi_tensor_adam", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
+  check_grad_dtypes("multi_tensor_adam", params, grads);
   const AdamTerms t = adam_terms(h);
   const cuda::AdamArgs a{float(h.beta1), float(1.0 - h.beta1), float(h.beta2), float(1.0 - h.beta2),
                          float(h.eps), float(h.grad_scale), t.step_size, t.inv_sqrt_bc2, t.decay, t.l2,
@@ -77,18 +94,23 @@ void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                const LambHyper& h) {
   check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
+  check_grad_dtypes("multi_tensor_lamb", params, grads);
   const LambTerms t = lamb_terms(h);
   const cuda::LambArgs a{float(h.beta1), t.m_weight, float(h.beta2), float(1.0 - h.beta2), float(h.eps),
                          float(h.weight_decay), t.inv_bc1, t.inv_bc2, float(h.grad_scale), h.adam_w_mode,
-                         t.ratio_on, float(h.lr), float(h.ratio_min), float(h.ratio_max),
-                         float(h.max_weight_norm)};
+                         t.ratio_on, h.lr, h.ratio_min, h.ratio_max, h.max_weight_norm};
   for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
     c10::cuda::CUDAGuard guard(g.device);
+    const cudaStream_t stream = stream_of(g.device);
     const int64_t n = int64_t(g.lists.numel.size());
-    at::Tensor sums = at::zeros({2 * n}, at::TensorOptions().dtype(at::kDouble).device(g.device));
-    at::Tensor lrs = at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(g.device));
-    cuda::lamb(g.lists, g.first, g.second, a, sums.data_ptr<double>(), lrs.data_ptr<float>(),
-               stream_of(g.device));
+    const std::vector<int64_t> offsets = cuda::chunk_offsets(g.lists);
+    // Freed while the kernels may still run: the caching allocator reuses memory in stream order.
+    at::Tensor offsets_dev = upload(offsets, g.device, stream);
+    at::Tensor partials = at::empty({2 * std::max<int64_t>(offsets.back(), 1)}, on(g.device, at::kDouble));
+    at::Tensor sums = at::empty({2 * n}, on(g.device, at::kDouble));
+    at::Tensor lrs = at::empty({n}, on(g.device, at::kFloat));
+    cuda::lamb(g.lists, g.first, g.second, a, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
+               sums.data_ptr<double>(), lrs.data_ptr<float>(), stream);
   }
 }
 
@@ -97,7 +119,7 @@ bool scale_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor
   bool found = false;
   for (const Group& g : groups_of({&src, &dst})) {
     c10::cuda::CUDAGuard guard(g.device);
-    at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(g.device));
+    at::Tensor flag = at::zeros({1}, on(g.device, at::kInt));
     cuda::scale(g.lists, g.first, g.second, float(scale), flag.data_ptr<int>(), stream_of(g.device));
     found |= flag.item<int>() != 0;
   }
@@ -109,8 +131,13 @@ double l2norm_cuda(const std::vector<at::Tensor>& tensors) {
   double total = 0;
   for (const Group& g : groups_of({&tensors})) {
     c10::cuda::CUDAGuard guard(g.device);
-    at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(g.device));
-    cuda::sum_squares(g.lists, g.first, sum.data_ptr<double>(), stream_of(g.device));
+    const cudaStream_t stream = stream_of(g.device);
+    const int64_t slots = cuda::chunk_offsets(g.lists).back();
+    at::Tensor offsets_dev = upload({0, slots}, g.device, stream);
+    at::Tensor partials = at::empty({std::max<int64_t>(slots, 1)}, on(g.device, at::kDouble));
+    at::Tensor sum = at::empty({1}, on(g.device, at::kDouble));
+    cuda::sum_squares(g.lists, g.first, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
+                      sum.data_ptr<double>(), stream);
     total += sum.item<double>();
   }
   return std::sqrt(total);
