@@ -215,10 +215,15 @@ def test_gradient_of_another_low_precision_dtype_is_a_type_error():
     with pytest.raises(TypeError, match="float16 gradient for a torch.bfloat16 parameter"):
         FusedAdam([p]).step()
     assert torch.equal(p.detach(), torch.ones(4, dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match="Half gradient for a BFloat16 parameter"):  # the kernel's own check
-        torch_ort._C.multi_tensor_adam([p.detach()], [p.grad], [torch.zeros(4)], [torch.zeros(4)], lr=0.1,
-                                       beta1=0.9, beta2=0.9, eps=0.0, weight_decay=0.0, step=1,
-                                       bias_correction=True, adam_w_mode=1)
+    # The kernel's own check runs before any tensor is touched: the fp32 tensor listed first is
+    # left alone too.
+    first = torch.ones(100000)
+    with pytest.raises(TypeError, match=r"grads\[1\]: a Half gradient for a BFloat16 parameter"):
+        torch_ort._C.multi_tensor_adam([first, p.detach()], [torch.ones(100000), p.grad],
+                                       [torch.zeros(100000), torch.zeros(4)],
+                                       [torch.zeros(100000), torch.zeros(4)], lr=0.1, beta1=0.9, beta2=0.9,
+                                       eps=0.0, weight_decay=0.0, step=1, bias_correction=True, adam_w_mode=1)
+    assert torch.equal(first, torch.ones(100000))
 
 
 @pytest.mark.parametrize("lists, error, match", [
