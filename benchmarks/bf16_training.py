@@ -9,12 +9,9 @@ markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -22,10 +19,10 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS_DIR = os.path.join(HERE, "results")
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import model_zoo  # noqa: E402
+from common import Report, parse_args  # noqa: E402
 from torch_ort import ORTModule  # noqa: E402
 from torch_ort.optim import AdamWMode, FusedAdam  # noqa: E402
 
@@ -45,16 +42,9 @@ def variant(model, opt, bf16: bool):
 
 
 def main() -> None:
-    lines = []
-
-    def out(line: str) -> None:
-        print(line)
-        lines.append(line)
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
+    report = Report("bf16_training")
+    out = report.out
     torch.manual_seed(0)
     base = model_zoo.NanoGPT(**CONFIG)
     models = {name: copy.deepcopy(base) for name in ("ours", "eager", "eager_fused", "fp32")}
@@ -86,16 +76,10 @@ def main() -> None:
             for name, ts in times.items()}
     baseline = rows["eager + AdamW, bf16 autocast"]["median_s"]
     result = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-                   f"threads {torch.get_num_threads()}",
         "config": dict(CONFIG, batch=BATCH, context=CONTEXT), "steps": args.steps, "warmup": args.warmup,
         "variants": rows,
         "speedup_vs_eager_bf16": baseline / rows["ORTModule + FusedAdam, bf16 autocast"]["median_s"],
     }
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    with open(os.path.join(RESULTS_DIR, "bf16_training.json"), "w") as f:
-        json.dump(result, f, indent=1)
     tokens = BATCH * CONTEXT
     out(f"baby GPT training step ({sum(p.numel() for p in base.parameters()) / 1e6:.1f}M parameters, "
         f"{tokens} tokens); medians of {args.steps} rounds after {args.warmup}")
@@ -104,8 +88,7 @@ def main() -> None:
     for name, row in rows.items():
         out(f"| {name} | {row['median_s'] * 1e3:.0f} ms | {tokens / row['median_s']:.0f} | "
             f"{baseline / row['median_s']:.2f}× | {row['losses'][-1]:.4f} |")
-    with open(os.path.join(RESULTS_DIR, "bf16_training.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    report.save(result)
 
 
 if __name__ == "__main__":

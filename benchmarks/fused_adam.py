@@ -9,11 +9,8 @@ markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -21,9 +18,9 @@ import time
 
 import torch
 
+from common import Report, parse_args
 from torch_ort.optim import AdamWMode, FusedAdam
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def gpt2_small_shapes():
@@ -56,16 +53,9 @@ def build_triad():
 
 
 def main() -> None:
-    lines = []
-
-    def out(line: str) -> None:
-        print(line)
-        lines.append(line)
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
+    report = Report("fused_adam")
+    out = report.out
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in gpt2_small_shapes()]
     for p in params:
@@ -103,17 +93,12 @@ def main() -> None:
     fused = rows["torch AdamW fused=True"]["median_s"]
     ours = rows["torch_ort FusedAdam (ADAMW_TORCH)"]["median_s"]
     result = {
-        "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}",
         "cpu_path": __import__("torch_ort")._C.optim_cpu_path(),
         "parameters": numel, "steps": args.steps, "warmup": args.warmup,
         "triad_GBps_stream_count": bandwidth / 1e9, "triad_GBps_with_write_allocate": bandwidth * 16 / 12 / 1e9,
         "floor_s": floor, "floor_stream_count_s": floor_stream, "variants": rows,
         "fused_adam_vs_torch_fused": fused / ours, "fused_adam_vs_floor": ours / floor,
     }
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    with open(os.path.join(RESULTS_DIR, "fused_adam.json"), "w") as f:
-        json.dump(result, f, indent=1)
     out(f"AdamW step over {numel / 1e6:.1f}M fp32 parameters, medians of {args.steps} rounds after "
         f"{args.warmup}; triad {bandwidth * 16 / 12 / 1e9:.1f} GB/s with write-allocate "
         f"({bandwidth / 1e9:.1f} GB/s as STREAM counts): floor {floor * 1e3:.0f} ms "
@@ -123,8 +108,7 @@ def main() -> None:
     for name, r in rows.items():
         out(f"| {name} | {r['median_s'] * 1e3:.0f} ms | {fused / r['median_s']:.2f}× | "
             f"{r['median_s'] / floor:.2f}× floor |")
-    with open(os.path.join(RESULTS_DIR, "fused_adam.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    report.save(result)
 
 
 if __name__ == "__main__":
