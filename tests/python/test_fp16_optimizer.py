@@ -217,3 +217,127 @@ def test_deepspeed_zero_1_and_2_patched_train_exactly_as_unpatched():
         assert mine == pytest.approx(theirs, rel=1e-6)
         assert (patched["overflow_clean"], patched["overflow_nan"], patched["partitioned_overflow"]) == \
             (False, True, True)
+
+
+def bf16_linear(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(8, 4).to(torch.bfloat16)
+
+
+def one_step(model, opt, x=None):
+    x = torch.ones(2, 8, dtype=torch.bfloat16) if x is None else x
+    opt.zero_grad()
+    opt.backward(model(x).float().sum())
+    opt.step()
+
+
+def test_lr_scheduler_still_drives_the_inner_optimizer_after_load_state_dict():
+    model = bf16_linear()
+    opt = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=1.0), static_loss_scale=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 if s == 0 else 0.0)
+    opt.load_state_dict(opt.state_dict())
+    sched.step()
+    assert opt.param_groups is opt.optimizer.param_groups and opt.state is opt.optimizer.state
+    assert opt.optimizer.param_groups[0]["lr"] == 0.0
+    before = model.weight.detach().clone()
+    one_step(model, opt)
+    assert torch.equal(model.weight.detach(), before)  # lr 0: nothing moves
+
+
+def test_add_param_group_gives_new_low_precision_params_masters_and_unscaling():
+    a, b = bf16_linear(0), bf16_linear(1)
+    c = torch.nn.Linear(8, 4)
+    opt = FP16_Optimizer(torch.optim.SGD(a.parameters(), lr=0.1), initial_scale=1024.0)
+    opt.add_param_group({"params": list(b.parameters()) + list(c.parameters())})
+    assert len(opt.master_params) == 4 and len(opt.fp32_params) == 2
+    ref_b, ref_c = copy.deepcopy(b).float(), copy.deepcopy(c)
+    x = torch.ones(2, 8)
+    opt.zero_grad()
+    opt.backward((a(x.bfloat16()).float().sum() + b(x.bfloat16()).float().sum() + c(x).sum()))
+    opt.step()
+    sgd = torch.optim.SGD(list(ref_b.parameters()) + list(ref_c.parameters()), lr=0.1)
+    (ref_b(x).sum() + ref_c(x).sum()).backward()
+    sgd.step()
+    torch.testing.assert_close(b.weight.detach().float(), ref_b.weight.detach(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(c.weight.detach(), ref_c.weight.detach())
+
+
+def test_channels_last_params_train_and_clip():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    conv_bf16 = torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    for model, dtype in ((conv, torch.float32), (conv_bf16, torch.bfloat16)):
+        opt = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1), static_loss_scale=1.0,
+                             max_grad_norm=1.0)
+        before = model.weight.detach().clone()
+        x = torch.randn(2, 3, 8, 8).to(dtype).to(memory_format=torch.channels_last)
+        opt.zero_grad()
+        opt.backward(model(x).float().pow(2).sum())
+        opt.step()
+        assert opt.last_grad_norm > 1.0  # clipped
+        moved = (model.weight.detach().float() - before.float()).norm().item()
+        assert 0 < moved <= 0.1 * 1.0 + 1e-2  # lr · clipped norm (bf16 rounding aside)
+        assert model.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_model_changed_after_wrapping_refreshes_its_masters_with_a_warning():
+    model = bf16_linear()
+    opt = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.0), static_loss_scale=1.0)
+    model.load_state_dict({k: torch.full_like(v, 7.0) for k, v in model.state_dict().items()})
+    with pytest.warns(UserWarning, match="changed outside the optimizer"):
+        one_step(model, opt)
+    assert torch.all(model.weight.detach() == 7.0)  # lr 0: the loaded weights stay
+    # A checkpoint of model and optimizer together (the model holds the masters' rounding) is
+    # no change, whichever is loaded first.
+    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    opt.load_state_dict(saved_opt)
+    model.load_state_dict(saved_model)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one_step(model, opt)
+
+
+def test_gradients_not_scaled_by_this_optimizer_are_refused():
+    model = bf16_linear()
+    opt = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    model(torch.ones(2, 8, dtype=torch.bfloat16)).float().sum().backward()  # not opt.backward
+    before = model.weight.detach().clone()
+    with pytest.raises(RuntimeError, match="did not come through optimizer.backward"):
+        opt.step()
+    assert torch.equal(model.weight.detach(), before)
+
+
+def test_unknown_keyword_arguments_and_bad_scale_bounds_raise():
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['clip_grad'\\]"):
+        FP16_Optimizer(torch.optim.SGD(bf16_linear().parameters(), lr=0.1), clip_grad=1.0)
+    with pytest.raises(ValueError, match="min_scale <= max_scale"):
+        FP16_Optimizer(torch.optim.SGD(bf16_linear().parameters(), lr=0.1), min_scale=8.0, max_scale=4.0)
+
+
+def test_optimizers_survive_deepcopy_and_pickle():
+    import pickle
+    from torch_ort.optim import AdamWMode, FusedLamb
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    for opt in (FusedAdam([p], set_grad_none=False, adam_w_mode=AdamWMode.ADAMW_TORCH), FusedLamb([p])):
+        for twin in (copy.deepcopy(opt), pickle.loads(pickle.dumps(opt))):
+            twin.param_groups[0]["params"][0].grad = torch.ones(3)
+            twin.step()
+            twin.zero_grad()
+    model = bf16_linear()
+    wrapped = FP16_Optimizer(FusedAdam(model.parameters(), lr=0.1), static_loss_scale=1.0)
+    twin = copy.deepcopy(wrapped)
+    assert twin.optimizer is not wrapped.optimizer and twin.loss_scale == 1.0
+    assert twin.param_groups is twin.optimizer.param_groups
+
+
+def test_per_group_adam_w_mode_loads_with_weights_only():
+    from torch_ort.optim import AdamWMode
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = FusedAdam([{"params": [a]}, {"params": [b], "adam_w_mode": AdamWMode.ADAMW_TORCH}])
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)
+    assert loaded["param_groups"][1]["adam_w_mode"] == 2

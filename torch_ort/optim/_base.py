@@ -60,9 +60,29 @@ class FusedOptimizer(torch.optim.Optimizer):
     """A torch.optim.Optimizer whose zero_grad sets gradients to None when `set_grad_none`, and
     whose load_state_dict keeps fp32 moments fp32 for low-precision parameters."""
 
+    EXTRA = ("set_grad_none",)  # attributes beyond torch's own that pickling must keep
+
     def __init__(self, params, defaults: dict, set_grad_none: bool):
-        super().__init__(params, defaults)
         self.set_grad_none = set_grad_none
+        super().__init__(params, defaults)
+
+    def __getstate__(self):  # torch keeps only defaults, state and param_groups
+        state = super().__getstate__()
+        state["_torch_ort_extra"] = {k: self.__dict__[k] for k in self.EXTRA if k in self.__dict__}
+        return state
+
+    def __setstate__(self, state):
+        extra = state.pop("_torch_ort_extra", {})
+        super().__setstate__(state)
+        self.__dict__.update(extra)
+
+    def checked_groups(self, name: str):
+        """(group, params with grads, their grads) of every group, each group's hyper-parameters
+        checked first: a bad value in a later group raises before any parameter moves."""
+        work = [(group, *params_with_grads(name, group)) for group in self.param_groups]
+        for group, _, _ in work:
+            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+        return work
 
     def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
         super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)

@@ -30,8 +30,10 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 class FP16_Optimizer(torch.optim.Optimizer):
-    def __new__(cls, optimizer, *args, **kwargs):
-        patched = modifiers.patch(optimizer, **kwargs)
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        if optimizer is None:  # copy/pickle protocols
+            return super().__new__(cls)
+        patched = modifiers.patch(optimizer, **{k: v for k, v in kwargs.items() if k in modifiers.KWARGS})
         if patched is not None:
             return patched  # not an FP16_Optimizer: __init__ does not run
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -45,35 +47,79 @@ class FP16_Optimizer(torch.optim.Optimizer):
     def __init__(self, optimizer: torch.optim.Optimizer, static_loss_scale: Optional[float] = None,
                  dynamic_loss_scale: bool = True, initial_scale: float = 2.0 ** 16,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, min_scale: float = 1.0,
-                 max_grad_norm: Optional[float] = None, **_modifier_kwargs):
+                 growth_interval: int = 2000, min_scale: float = 1.0, max_scale: float = 2.0 ** 24,
+                 max_grad_norm: Optional[float] = None, **modifier_kwargs):
+        unknown = set(modifier_kwargs) - set(modifiers.KWARGS)
+        if unknown:
+            raise TypeError(f"FP16_Optimizer got unexpected keyword arguments {sorted(unknown)}")
         if isinstance(optimizer, FP16_Optimizer):
             raise TypeError("FP16_Optimizer wraps an optimizer once; this one is already wrapped")
+        self._wrapping = True            # inside torch.optim.Optimizer.__init__ (see param_groups)
         self.optimizer = optimizer
         if static_loss_scale is not None:
             self.scaler = LossScaler(static_loss_scale, dynamic=False)
         else:
             self.scaler = LossScaler(initial_scale, dynamic=dynamic_loss_scale,
                                      growth_factor=growth_factor, backoff_factor=backoff_factor,
-                                     growth_interval=growth_interval, min_scale=min_scale)
+                                     growth_interval=growth_interval, min_scale=min_scale,
+                                     max_scale=max_scale)
         self.max_grad_norm = max_grad_norm
         self.model_params: List[torch.Tensor] = []   # fp16/bf16 parameters of the model
         self.master_params: List[torch.Tensor] = []  # their fp32 masters, in the inner optimizer
         self.fp32_params: List[torch.Tensor] = []    # fp32 parameters: their own masters
         for group in optimizer.param_groups:
             group["params"] = [self._master_of(p) for p in group["params"]]
-        torch.optim.Optimizer.__init__(self, optimizer.param_groups, optimizer.defaults)
-        self.param_groups = optimizer.param_groups  # one list: LR schedulers reach the inner groups
-        self.state = optimizer.state
+        # Hooks and torch's bookkeeping; the groups it collects are dropped, the inner's are used.
+        torch.optim.Optimizer.__init__(self, list(optimizer.param_groups), optimizer.defaults)
+        self._wrapping = False
+        self.__dict__.pop("_own_groups", None)
         self.overflow = False            # whether the last unscale found an inf or nan
         self.last_grad_norm: Optional[float] = None
         self._grads_ready = False        # masters hold this step's unscaled gradients
+        self._scaled = False             # this step's gradients came through scale_loss/backward
+        self._synced_versions = [p._version for p in self.model_params]
+
+    # param_groups and state are the inner optimizer's, always — also after its load_state_dict
+    # replaced them — so LR schedulers and checkpoints see one set of groups.
+    @property
+    def param_groups(self):
+        if self.__dict__.get("_wrapping", True):
+            return self.__dict__.setdefault("_own_groups", [])
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        if self.__dict__.get("_wrapping", True):
+            self.__dict__["_own_groups"] = groups
+        else:
+            self.optimizer.param_groups = groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value):
+        if not self.__dict__.get("_wrapping", True):
+            self.optimizer.state = value
+
+    def add_param_group(self, param_group: dict) -> None:
+        if self.__dict__.get("_wrapping", True):
+            return super().add_param_group(param_group)  # the inner's own groups, already mastered
+        params = param_group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        versions = len(self.model_params)
+        param_group["params"] = [self._master_of(p) for p in params]
+        self._synced_versions += [p._version for p in self.model_params[versions:]]
+        self.optimizer.add_param_group(param_group)
 
     def _master_of(self, p: torch.Tensor) -> torch.Tensor:
         if p.dtype not in _LOW_PRECISION:
             self.fp32_params.append(p)
             return p
-        master = p.detach().clone().float().requires_grad_(p.requires_grad)
+        # Contiguous whatever p's layout (channels_last, transposed): the kernels take dense rows.
+        master = p.detach().to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+        master.requires_grad_(p.requires_grad)
         state = self.optimizer.state.pop(p, None)
         if state:  # state the inner optimizer already had for p moves to the master, in fp32
             self.optimizer.state[master] = {k: v.float() if torch.is_tensor(v) and v.is_floating_point()
@@ -81,6 +127,26 @@ class FP16_Optimizer(torch.optim.Optimizer):
         self.model_params.append(p)
         self.master_params.append(master)
         return master
+
+    def _refresh_changed_masters(self) -> None:
+        """A model parameter written since the last step (load_state_dict, an init, an EMA) is the
+        truth: its master is refreshed from it instead of overwriting it with a stale master."""
+        changed = []
+        for i, p in enumerate(self.model_params):
+            if p._version == self._synced_versions[i]:
+                continue
+            self._synced_versions[i] = p._version
+            # The model holding its master's rounding (a checkpoint of both) is no change.
+            if not torch.equal(p.detach(), self.master_params[i].detach().to(p.dtype)):
+                changed.append(i)
+        if not changed:
+            return
+        warnings.warn(f"FP16_Optimizer: {len(changed)} fp16/bf16 parameter(s) changed outside the "
+                      "optimizer since its last step; their fp32 masters were refreshed from them",
+                      UserWarning, stacklevel=3)
+        with torch.no_grad():
+            for i in changed:
+                self.master_params[i].copy_(self.model_params[i])
 
     # -- the training-loop surface ---------------------------------------------------------------
 
@@ -90,6 +156,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss times the current scale, in fp32 (for callers that run backward themselves)."""
+        self._scaled = True
         return loss.float() * self.scaler.scale
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> None:
@@ -108,11 +175,20 @@ class FP16_Optimizer(torch.optim.Optimizer):
         for m in self.master_params:
             m.grad = None
         self._grads_ready = False
+        self._scaled = False
 
     @torch.no_grad()
     def update_master_grads(self) -> bool:
         """Unscales this step's gradients into the masters' fp32 gradients, checking for inf/nan
         in the same pass. Returns (and sets) self.overflow."""
+        if not self._scaled and self.scaler.scale != 1.0 and any(
+                p.grad is not None for p in self.model_params + self.fp32_params):
+            raise RuntimeError(
+                "FP16_Optimizer: these gradients did not come through optimizer.backward(loss) or "
+                "optimizer.scale_loss(loss), so they are not multiplied by the loss scale "
+                f"({self.scaler.scale:g}) that step() divides by; use one of those for backward "
+                "(or static_loss_scale=1.0)")
+        self._refresh_changed_masters()
         inv = 1.0 / self.scaler.scale
         src, dst = [], []
         for p, m in zip(self.model_params, self.master_params):
@@ -144,11 +220,13 @@ class FP16_Optimizer(torch.optim.Optimizer):
             self.update_master_grads()
         if self.overflow:
             return -1.0
-        grads = [p.grad for p in self.master_params + self.fp32_params if p.grad is not None]
-        norm = _kernels.l2norm(grads)
+        grads = _kernels.Contiguous([p.grad for p in self.master_params + self.fp32_params
+                                     if p.grad is not None])
+        norm = _kernels.l2norm(grads.tensors)
         self.last_grad_norm = norm
         if norm > max_norm:
-            _kernels.scale(grads, grads, max_norm / (norm + 1e-6))
+            _kernels.scale(grads.tensors, grads.tensors, max_norm / (norm + 1e-6))
+            grads.write_back()
         return norm
 
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None):
@@ -158,7 +236,8 @@ class FP16_Optimizer(torch.optim.Optimizer):
                 loss = closure()
         if not self._grads_ready:
             self.update_master_grads()
-        self._grads_ready = False
+        self._grads_ready = self._scaled = False
+        self.last_grad_norm = None
         if self.overflow:
             self.scaler.update(overflow=True)
             return loss
@@ -167,10 +246,16 @@ class FP16_Optimizer(torch.optim.Optimizer):
             self.clip_master_grads(self.max_grad_norm)
             self._grads_ready = False
         self.optimizer.step()
-        with torch.no_grad():
-            _kernels.scale(self.master_params, self.model_params, 1.0)
+        self._masters_to_model()
         self.scaler.update(overflow=False)
         return loss
+
+    @torch.no_grad()
+    def _masters_to_model(self) -> None:
+        model = _kernels.Contiguous(self.model_params)  # channels_last or transposed parameters
+        _kernels.scale(self.master_params, model.tensors, 1.0)
+        model.write_back()
+        self._synced_versions = [p._version for p in self.model_params]
 
     # -- checkpoints ------------------------------------------------------------------------------
 
@@ -193,6 +278,13 @@ class FP16_Optimizer(torch.optim.Optimizer):
                 m.copy_(saved)
         self.overflow = state_dict.get("overflow", False)
         self._grads_ready = False
+        self._synced_versions = [-1] * len(self.model_params)  # compared by value at the next step
+
+    def __getstate__(self):  # everything: the wrapped optimizer, the masters, the scaler
+        return self.__dict__.copy()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return f"FP16_Optimizer(scale={self.scaler.scale:g}, {self.optimizer!r})"

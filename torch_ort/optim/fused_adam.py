@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import _kernels
-from ._base import FusedOptimizer, check_hyper, moments, params_with_grads
+from ._base import FusedOptimizer, check_hyper, moments
 
 
 class AdamWMode(IntEnum):
@@ -34,7 +34,8 @@ class FusedAdam(FusedOptimizer):
     """Adam/AdamW (see AdamWMode) with one fused multi-tensor kernel per group and device.
 
     Hyper-parameters may differ per group (lr, betas, eps, weight_decay, bias_correction,
-    adam_w_mode); each group counts its own `step`. `zero_grad()` sets gradients to None when
+    adam_w_mode); each group counts its own `step`, as ONNX Runtime and Apex do (torch.optim.AdamW
+    counts per parameter: the two differ for a parameter whose first gradient comes late). `zero_grad()` sets gradients to None when
     `set_grad_none` (the default)."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
@@ -44,29 +45,35 @@ class FusedAdam(FusedOptimizer):
         check_hyper(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, bias_correction=bias_correction, betas=tuple(betas), eps=eps,
                         weight_decay=weight_decay, adam_w_mode=int(AdamWMode(adam_w_mode)))
-        super().__init__(params, defaults, set_grad_none)
         self.adam_w_mode = AdamWMode(adam_w_mode)
+        super().__init__(params, defaults, set_grad_none)
+
+    EXTRA = FusedOptimizer.EXTRA + ("adam_w_mode",)
+
+    def add_param_group(self, param_group: dict) -> None:
+        # Stored as a plain int: a state_dict holding an enum needs weights_only=False to load.
+        if "adam_w_mode" in param_group:
+            param_group["adam_w_mode"] = int(AdamWMode(param_group["adam_w_mode"]))
+        super().add_param_group(param_group)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
         """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
-        first (FP16_Optimizer passes 1/loss_scale)."""
+        first (1: none)."""
         loss = self.run_closure(closure)
-        for group in self.param_groups:
-            params, grads = params_with_grads("FusedAdam", group)
+        for group, params, grads in self.checked_groups("FusedAdam"):
             if not params:
                 continue
-            mode = AdamWMode(group.get("adam_w_mode", self.adam_w_mode))
-            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-            group["step"] = group.get("step", 0) + 1
+            step = group.get("step", 0) + 1
             ms, vs = zip(*(moments(self.state[p], p) for p in params))
             beta1, beta2 = group["betas"]
             work = _kernels.Contiguous(params)
             for device, (ps, gs, m, v) in _kernels.by_device(work.tensors, grads, ms, vs).items():
                 _kernels.backend(device).multi_tensor_adam(
                     ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], step=group["step"],
-                    bias_correction=bool(group["bias_correction"]), adam_w_mode=int(mode),
-                    grad_scale=grad_scale)
+                    weight_decay=group["weight_decay"], step=step,
+                    bias_correction=bool(group["bias_correction"]),
+                    adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=grad_scale)
             work.write_back()
+            group["step"] = step
         return loss

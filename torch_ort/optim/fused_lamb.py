@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import _kernels
-from ._base import FusedOptimizer, check_hyper, moments, params_with_grads
+from ._base import FusedOptimizer, check_hyper, moments
 
 
 class FusedLamb(FusedOptimizer):
@@ -42,15 +42,16 @@ class FusedLamb(FusedOptimizer):
                         weight_decay=weight_decay, adam_w_mode=adam_w_mode,
                         grad_averaging=grad_averaging, use_nvlamb=use_nvlamb, ratio_min=ratio_min,
                         ratio_max=ratio_max, max_weight_norm=max_weight_norm)
-        super().__init__(params, defaults, set_grad_none)
         self.max_grad_norm = max_grad_norm
+        super().__init__(params, defaults, set_grad_none)
+
+    EXTRA = FusedOptimizer.EXTRA + ("max_grad_norm",)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
-        """One update. `grad_scale` multiplies every gradient before clipping (FP16_Optimizer
-        passes 1/loss_scale)."""
+        """One update. `grad_scale` multiplies every gradient before clipping (1: none)."""
         loss = self.run_closure(closure)
-        work = [(group, *params_with_grads("FusedLamb", group)) for group in self.param_groups]
+        work = self.checked_groups("FusedLamb")
         if self.max_grad_norm is not None and self.max_grad_norm > 0:
             norm = _kernels.l2norm([g for _, _, grads in work for g in grads]) * grad_scale
             if not math.isfinite(norm):
@@ -61,8 +62,7 @@ class FusedLamb(FusedOptimizer):
         for group, params, grads in work:
             if not params:
                 continue
-            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-            group["step"] = group.get("step", 0) + 1
+            step = group.get("step", 0) + 1
             ms, vs = zip(*(moments(self.state[p], p) for p in params))
             beta1, beta2 = group["betas"]
             max_weight_norm = group["max_weight_norm"]
@@ -70,7 +70,7 @@ class FusedLamb(FusedOptimizer):
             for device, (ps, gs, m, v) in _kernels.by_device(contiguous.tensors, grads, ms, vs).items():
                 _kernels.backend(device).multi_tensor_lamb(
                     ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], step=group["step"],
+                    weight_decay=group["weight_decay"], step=step,
                     bias_correction=bool(group["bias_correction"]),
                     adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
                     use_nvlamb=bool(group["use_nvlamb"]), ratio_min=float(group["ratio_min"]),
@@ -78,4 +78,5 @@ class FusedLamb(FusedOptimizer):
                     max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
                     grad_scale=grad_scale)
             contiguous.write_back()
+            group["step"] = step
         return loss

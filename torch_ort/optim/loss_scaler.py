@@ -4,6 +4,8 @@ shrinks (× backoff_factor, not below min_scale); after `growth_interval` clean 
 grows (× growth_factor, not above max_scale). A static scaler never changes its scale."""
 from __future__ import annotations
 
+import warnings
+
 
 class LossScaler:
     def __init__(self, initial_scale: float = 2.0 ** 16, dynamic: bool = True,
@@ -15,6 +17,9 @@ class LossScaler:
             raise ValueError("dynamic loss scaling needs growth_factor > 1, 0 < backoff_factor < 1 "
                              f"and growth_interval >= 1 (got {growth_factor}, {backoff_factor}, "
                              f"{growth_interval})")
+        if not 0.0 < min_scale <= max_scale:
+            raise ValueError(f"loss scale bounds must satisfy 0 < min_scale <= max_scale, got "
+                             f"[{min_scale}, {max_scale}]")
         self.scale = float(initial_scale)
         self.dynamic = dynamic
         self.growth_factor = growth_factor
@@ -32,6 +37,10 @@ class LossScaler:
         if not self.dynamic:
             return
         if overflow:
+            if self.scale <= self.min_scale:
+                warnings.warn(f"FP16_Optimizer: gradients overflow even at the minimum loss scale "
+                              f"{self.min_scale:g}; steps keep being skipped (inf/nan in the loss "
+                              "or the model, not a scaling problem?)", UserWarning, stacklevel=3)
             self.scale = max(self.scale * self.backoff_factor, self.min_scale)
             self.good_steps = 0
             return

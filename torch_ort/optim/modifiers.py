@@ -177,6 +177,7 @@ class ApexAMP(Modifier):
 
 
 MODIFIERS = (DeepSpeedZeRO(), LegacyMegatron(), ApexAMP())
+KWARGS = ("get_horizontal_model_parallel_rank", "get_horizontal_model_parallel_group")  # Megatron's
 ACCELERATE_WRAPPER = "accelerate.utils.deepspeed.DeepSpeedOptimizerWrapper"
 
 
