@@ -110,3 +110,16 @@ def test_apex_amp_unscale_is_fused(monkeypatch):
     fp16[0].grad[5] = float("nan")
     opt._post_amp_backward(scaler)
     assert scaler._has_overflow and scaler._overflow_buf.item() == 1
+
+
+def test_apex_own_fused_optimizers_are_left_alone(monkeypatch):
+    class ApexFusedAdam(torch.optim.SGD):
+        pass
+    ApexFusedAdam.__module__, ApexFusedAdam.__qualname__ = "apex.optimizers.fused_adam", "FusedAdam"
+    opt = ApexFusedAdam([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    opt._amp_stash = types.SimpleNamespace()
+    opt._amp_lazy_init = lambda: None
+    own = opt._post_amp_backward = lambda scaler: None
+    with pytest.warns(UserWarning, match="keeps Apex's own fused unscale"):
+        assert FP16_Optimizer(opt) is opt
+    assert opt._post_amp_backward is own

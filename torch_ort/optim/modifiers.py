@@ -124,7 +124,9 @@ class LegacyMegatron(Modifier):
                 counted = [p for p in params if getattr(p, "model_parallel", False) or rank == 0]
             else:
                 counted = params
-            sq = _kernels.l2norm(_grads(counted)) ** 2
+            if not params:
+                return 0.0
+            sq = _kernels.l2norm([g.contiguous() for g in _grads(counted)]) ** 2
             if get_horizontal_model_parallel_group is not None:
                 t = torch.tensor([sq], dtype=torch.float32, device=params[0].device)
                 torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM,
@@ -133,8 +135,9 @@ class LegacyMegatron(Modifier):
             norm = sq ** 0.5
             coef = max_norm / (norm + 1e-6)
             if coef < 1.0:
-                grads = _grads(params)
-                _kernels.scale(grads, grads, coef)
+                grads = _kernels.Contiguous(_grads(params))
+                _kernels.scale(grads.tensors, grads.tensors, coef)
+                grads.write_back()
             return norm
 
         self.bind(opt, "_check_overflow", _check_overflow)
@@ -145,10 +148,17 @@ class ApexAMP(Modifier):
     name = "apex_amp"
     methods = ("_post_amp_backward", "_amp_lazy_init")
 
+    # Apex's own fused optimizers bind their own _post_amp_backward (ORT left FusedSGD alone too).
+    OWN_PATH = ("apex.optimizers.fused_sgd.FusedSGD", "apex.optimizers.fused_adam.FusedAdam")
+
     def matches(self, opt) -> bool:
         return hasattr(opt, "_amp_stash")
 
     def apply(self, opt, **kwargs) -> None:
+        if any(q in self.OWN_PATH for q in _qualnames(opt)):
+            warnings.warn(f"FP16_Optimizer: {type(opt).__qualname__} keeps Apex's own fused "
+                          "unscale; nothing patched", UserWarning, stacklevel=4)
+            return
         original = opt._post_amp_backward
 
         def post_backward_with_master_weights(self, scaler):
@@ -162,7 +172,7 @@ class ApexAMP(Modifier):
             src, dst = [], []
             for p16, p32 in zip(fp16, fp32):
                 if p16.grad is not None:
-                    p32.grad = torch.empty_like(p32)
+                    p32.grad = torch.empty_like(p32, memory_format=torch.contiguous_format)
                     src.append(p16.grad.contiguous())
                     dst.append(p32.grad)
             if _kernels.scale(src, dst, 1.0 / scaler.loss_scale()):
