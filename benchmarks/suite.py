@@ -2,8 +2,9 @@
 each variant in its own process, on the cases below. Per variant: the first step (export or
 compilation included) timed alone, then the median of --steps full steps (forward, backward,
 optimizer) after --warmup, the peak RSS, and the last loss (a sanity check that all variants train
-the same model). MFU = model FLOPs per step (6·N·tokens + 12·layers·width·context·tokens) / step
-time / the fp32 GEMM peak measured in the same run. Writes benchmarks/results/suite.{json,md}.
+the same model). MFU = model FLOPs per step (6·N·tokens + 12·layers·width·context·tokens, N the
+weights of Linear layers) / step time / the fp32 GEMM peak measured in the same run. Each child
+gets an empty torch.compile cache, so its first step is a cold compile. Writes benchmarks/results/suite.{json,md}.
 
     .venv/bin/python benchmarks/suite.py [--cases tiny,baby,bert] [--variants ...] [--steps 10]
 
@@ -19,6 +20,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +52,8 @@ def build(case: dict):
     import transformers as tf
     config = tf.BertConfig(vocab_size=case["vocab"], hidden_size=case["width"],
                            num_attention_heads=case["heads"], num_hidden_layers=case["layers"],
-                           intermediate_size=4 * case["width"], num_labels=2)
+                           intermediate_size=4 * case["width"], num_labels=2,
+                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # same losses
     model = tf.BertForSequenceClassification(config)
 
     def batch(gen):
@@ -66,6 +69,8 @@ def child(case_name: str, variant: str, steps: int, warmup: int) -> dict:
     case = CASES[case_name]
     model, make_batch, loss_of = build(case)
     params = list(model.parameters())
+    # The weights that multiply (Linear layers; GPT's tied head counts, embedding lookups do not).
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     if variant == "compile":
         model = torch.compile(model)
     elif variant.startswith("ortmodule"):
@@ -98,7 +103,7 @@ def child(case_name: str, variant: str, steps: int, warmup: int) -> dict:
         times.append(time.perf_counter() - start)
     n = sum(p.numel() for p in params)
     tokens = case["batch"] * case["context"]
-    flops = 6 * n * tokens + 12 * case["layers"] * case["width"] * case["context"] * tokens
+    flops = 6 * n_matmul * tokens + 12 * case["layers"] * case["width"] * case["context"] * tokens
     return {"first_step_s": first, "median_step_s": statistics.median(times), "times_s": times,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "last_loss": loss, "parameters": n, "flops_per_step": flops}
@@ -124,8 +129,10 @@ def gemm_peak() -> dict:
 
 
 def run_child(args: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True,
-                          text=True, cwd=ROOT)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache)
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True,
+                              text=True, cwd=ROOT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr or proc.stdout)[-2000:]}
