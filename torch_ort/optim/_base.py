@@ -6,6 +6,8 @@ from typing import Callable, Optional
 
 import torch
 
+from . import _kernels
+
 
 def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
     if not 0.0 <= lr:
@@ -89,6 +91,21 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         load_fp32_state(self, state_dict, super().load_state_dict)
+
+    def run_groups(self, work, kernel: Callable) -> None:
+        """For each (group, params, grads) of `work` with parameters: its fp32 moments, contiguous
+        stand-ins for the parameters, and kernel(backend, group, step, params, grads, exp_avgs,
+        exp_avg_sqs) once per device; the group's `step` counts only once the kernels ran."""
+        for group, params, grads in work:
+            if not params:
+                continue
+            step = group.get("step", 0) + 1
+            ms, vs = zip(*(moments(self.state[p], p) for p in params))
+            contiguous = _kernels.Contiguous(params)
+            for device, lists in _kernels.by_device(contiguous.tensors, grads, ms, vs).items():
+                kernel(_kernels.backend(device), group, step, *lists)
+            contiguous.write_back()
+            group["step"] = step
 
     @staticmethod
     def run_closure(closure: Optional[Callable[[], torch.Tensor]]):

@@ -20,8 +20,7 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-from . import _kernels
-from ._base import FusedOptimizer, check_hyper, moments
+from ._base import FusedOptimizer, check_hyper
 
 
 class AdamWMode(IntEnum):
@@ -61,19 +60,14 @@ class FusedAdam(FusedOptimizer):
         """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
         first (1: none)."""
         loss = self.run_closure(closure)
-        for group, params, grads in self.checked_groups("FusedAdam"):
-            if not params:
-                continue
-            step = group.get("step", 0) + 1
-            ms, vs = zip(*(moments(self.state[p], p) for p in params))
+
+        def adam(backend, group, step, ps, gs, ms, vs):
             beta1, beta2 = group["betas"]
-            work = _kernels.Contiguous(params)
-            for device, (ps, gs, m, v) in _kernels.by_device(work.tensors, grads, ms, vs).items():
-                _kernels.backend(device).multi_tensor_adam(
-                    ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], step=step,
-                    bias_correction=bool(group["bias_correction"]),
-                    adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=grad_scale)
-            work.write_back()
-            group["step"] = step
+            backend.multi_tensor_adam(
+                ps, gs, ms, vs, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                weight_decay=group["weight_decay"], step=step,
+                bias_correction=bool(group["bias_correction"]),
+                adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=grad_scale)
+
+        self.run_groups(self.checked_groups("FusedAdam"), adam)
         return loss

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from . import _kernels
-from ._base import FusedOptimizer, check_hyper, moments
+from ._base import FusedOptimizer, check_hyper
 
 
 class FusedLamb(FusedOptimizer):
@@ -59,24 +59,18 @@ class FusedLamb(FusedOptimizer):
                     f"FusedLamb: the global gradient norm is {norm}; no parameter was updated "
                     "(check the loss, or let FP16_Optimizer skip overflowing steps)")
             grad_scale /= max(1.0, norm / self.max_grad_norm)
-        for group, params, grads in work:
-            if not params:
-                continue
-            step = group.get("step", 0) + 1
-            ms, vs = zip(*(moments(self.state[p], p) for p in params))
+        def lamb(backend, group, step, ps, gs, ms, vs):
             beta1, beta2 = group["betas"]
             max_weight_norm = group["max_weight_norm"]
-            contiguous = _kernels.Contiguous(params)
-            for device, (ps, gs, m, v) in _kernels.by_device(contiguous.tensors, grads, ms, vs).items():
-                _kernels.backend(device).multi_tensor_lamb(
-                    ps, gs, m, v, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], step=step,
-                    bias_correction=bool(group["bias_correction"]),
-                    adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
-                    use_nvlamb=bool(group["use_nvlamb"]), ratio_min=float(group["ratio_min"]),
-                    ratio_max=min(float(group["ratio_max"]), 1e30),
-                    max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
-                    grad_scale=grad_scale)
-            contiguous.write_back()
-            group["step"] = step
+            backend.multi_tensor_lamb(
+                ps, gs, ms, vs, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                weight_decay=group["weight_decay"], step=step,
+                bias_correction=bool(group["bias_correction"]),
+                adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
+                use_nvlamb=bool(group["use_nvlamb"]), ratio_min=float(group["ratio_min"]),
+                ratio_max=min(float(group["ratio_max"]), 1e30),
+                max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
+                grad_scale=grad_scale)
+
+        self.run_groups(work, lamb)
         return loss

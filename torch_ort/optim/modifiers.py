@@ -16,6 +16,7 @@ against stand-ins with the attributes these patches read, not against the librar
 """
 from __future__ import annotations
 
+import abc
 import types
 import warnings
 from typing import Callable, List, Optional
@@ -35,7 +36,7 @@ def _grads(params) -> List[torch.Tensor]:
     return [p.grad for p in params if p is not None and p.grad is not None]
 
 
-class Modifier:
+class Modifier(abc.ABC):
     name = ""
     classes: tuple = ()    # fully qualified class names this modifier knows
     methods: tuple = ()    # methods it replaces; all must exist
@@ -43,8 +44,9 @@ class Modifier:
     def matches(self, opt) -> bool:
         return any(q in self.classes for q in _qualnames(opt))
 
+    @abc.abstractmethod
     def apply(self, opt, **kwargs) -> None:
-        raise NotImplementedError
+        """Replaces the methods in place (each modifier its own)."""
 
     @staticmethod
     def bind(opt, name: str, fn: Callable) -> None:
