@@ -59,6 +59,7 @@ class FusedLamb(FusedOptimizer):
                     f"FusedLamb: the global gradient norm is {norm}; no parameter was updated "
                     "(check the loss, or let FP16_Optimizer skip overflowing steps)")
             grad_scale /= max(1.0, norm / self.max_grad_norm)
+
         def lamb(backend, group, step, ps, gs, ms, vs):
             beta1, beta2 = group["betas"]
             max_weight_norm = group["max_weight_norm"]
