@@ -86,8 +86,9 @@ def cuda_extension():
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     return CUDAExtension(
         name="torch_ort._C_cuda",
-        sources=["csrc/runtime/kernels/cuda/multi_tensor.cu", "csrc/runtime/kernels/cuda/multi_tensor_cuda.cc",
-                 "csrc/runtime/kernels/cuda/multi_tensor_checks.cc", "csrc/bindings/cuda_module.cc"],
+        # Every .cu/.cc under kernels/cuda: the optimizer kernels and the fused graph kernels.
+        sources=(rel_glob("csrc/runtime/kernels/cuda/*.cu") + rel_glob("csrc/runtime/kernels/cuda/*.cc") +
+                 ["csrc/bindings/cuda_module.cc"]),
         include_dirs=[ROOT],
         extra_compile_args={"cxx": ["-std=c++20", "-O2", "-g0", "-fvisibility=hidden",
                                     "-fvisibility-inlines-hidden"],

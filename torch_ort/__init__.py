@@ -6,5 +6,14 @@
 from torch_ort import optim
 from torch_ort.ortmodule import DebugOptions, LogLevel, ORTModule
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel"]
+
+def pass_names() -> list[str]:
+    """The engine's graph passes that can be disabled (ORTMODULE_DISABLED_PASSES), in pipeline
+    order; the lowerings it cannot run without are left out."""
+    from torch_ort import _C
+    required = set(_C.required_pass_names())
+    return [n for n in _C.pass_names() if n not in required]
+
+
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "pass_names"]
 __version__ = "0.1.0"

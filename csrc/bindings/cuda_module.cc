@@ -1,6 +1,8 @@
 // torch_ort._C_cuda: the CUDA multi-tensor optimizer kernels, built only when the CUDA toolkit is
-// present (setup.py). Same functions and arguments as torch_ort._C's CPU ones.
+// present (setup.py). Same functions and arguments as torch_ort._C's CPU ones. Importing it also
+// hands the CUDA implementations of our fused graph kernels to torch_ort._C (kernels/cuda_table.h).
 #include "csrc/bindings/multi_tensor_bindings.h"
+#include "csrc/runtime/kernels/cuda/fused_registry.h"
 #include "csrc/runtime/errors.h"
 
 PYBIND11_MODULE(_C_cuda, m) {
@@ -12,6 +14,10 @@ PYBIND11_MODULE(_C_cuda, m) {
       PyErr_SetString(PyExc_TypeError, e.what());
     }
   });
+  using Register = void (*)(const char*, void*);
+  pybind11::capsule table = pybind11::module_::import("torch_ort._C").attr("_cuda_kernel_table")();
+  auto reg = reinterpret_cast<Register>(table.get_pointer());
+  for (const auto& [name, fn] : torch_ort::cuda::fused_kernels()) reg(name, fn);
   torch_ort::optim::bind_multi_tensor(m, {&torch_ort::optim::adam_cuda, &torch_ort::optim::lamb_cuda,
                                           &torch_ort::optim::scale_cuda, &torch_ort::optim::l2norm_cuda});
 }

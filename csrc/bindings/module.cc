@@ -11,10 +11,12 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/verifier.h"
+#include "csrc/core/passes/pass.h"
 #include "csrc/core/shapes/shape_rules.h"
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
+#include "csrc/runtime/kernels/cuda_table.h"
 #include "csrc/runtime/python_op.h"
 #include "csrc/bindings/multi_tensor_bindings.h"
 
@@ -181,8 +183,21 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "'domain::op' of every op with a gradient rule (NO_GRADIENT entries left out).");
+  m.def("pass_names", &pass_names,
+        "Every graph pass, in pipeline order (forward passes, then those run after autodiff); "
+        "any of them may be named in Engine(disabled_passes=...) / ORTMODULE_DISABLED_PASSES.");
+  m.def("required_pass_names", &required_pass_names,
+        "The passes that cannot be disabled (lowerings later stages depend on).");
   m.def("shape_ops", [] { return ShapeRegistry::instance().ops(); },
         "'domain::op' of every shape inference rule.");
   m.def("gradient_ops", [] { return GradientRegistry::instance().ops(); },
         "'domain::op' of every gradient registry entry (rules and NO_GRADIENT).");
+  // torch_ort._C_cuda registers its fused CUDA kernels through this (kernels/cuda_table.h).
+  m.def("_cuda_kernel_table", [] {
+        using Register = void (*)(const char*, void*);
+        return py::capsule(reinterpret_cast<void*>(static_cast<Register>(&register_cuda_kernel)),
+                           "torch_ort.cuda_kernel_table");
+      });
+  m.def("cuda_kernels", &cuda_kernel_names,
+        "Names of the fused CUDA kernels torch_ort._C_cuda registered (empty until it is imported).");
 }

@@ -2,6 +2,7 @@
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "csrc/runtime/engine.h"
 
+#include <algorithm>
 #include <set>
 
 #include <ATen/core/grad_mode.h>
@@ -37,22 +38,24 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   infer_missing_dtypes(g);  // the exporter leaves some value_info out (Constant outputs)
   verify(g);
   infer_shapes(g);  // before passes and autodiff: both read shapes (rank, provable equality)
-  const auto passes = default_forward_pipeline();
   PipelineOptions po;
+  const std::vector<std::string> known = pass_names();
   for (const std::string& name : options_.disabled_passes) {
     // A misspelt name would silently leave the pass on; say which names exist instead.
-    std::string known;
-    bool found = false;
-    for (const auto& p : passes) {
-      found |= p->name() == name;
-      known += (known.empty() ? "" : ", ") + std::string(p->name());
-    }
-    if (!found)
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
       throw std::invalid_argument("disabled_passes: no pass named '" + name + "' (passes: " +
-                                  known + ")");
+                                  list + ")");
+    }
+    const std::vector<std::string> required = required_pass_names();
+    if (std::find(required.begin(), required.end(), name) != required.end())
+      throw std::invalid_argument("disabled_passes: '" + name + "' is a lowering the engine needs " +
+                                  "(no kernel or gradient rule handles what it removes); it cannot " +
+                                  "be disabled");
     po.disabled.insert(name);
   }
-  stats_.passes_changed = run_pipeline(g, passes, po);
+  stats_.passes_changed = run_pipeline(g, default_forward_pipeline(), po);
   forward_ = std::move(g);
 
   if (options_.training) {
@@ -63,6 +66,8 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
                                   std::to_string(forward_.inputs.size()) + " inputs");
     tg_ = build_training_graph(forward_, options_.input_requires_grad);
     infer_shapes(tg_->graph);  // the backward values the gradient rules left unknown
+    for (std::string& name : run_training_pipeline(*tg_, default_training_pipeline(), po))
+      stats_.passes_changed.push_back("training:" + name);
     plan_ = plan_training(*tg_);
   } else {
     plan_ = plan_inference(forward_);

@@ -46,7 +46,7 @@ struct EngineStats {
   int64_t num_saved = 0;              // the saved set, graph inputs included
   int64_t num_constants = 0;          // initializers + hoisted Constant nodes
   std::vector<std::string> saved_names;
-  std::vector<std::string> passes_changed;  // passes that changed the forward graph
+  std::vector<std::string> passes_changed;  // passes that changed a graph ("training:" after autodiff)
 };
 
 // One row of Engine::check_shapes: a value's inferred shape against the tensor a run produced.

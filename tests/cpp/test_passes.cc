@@ -1,8 +1,13 @@
 // Passes: structure of the graph after each pass, on tiny hand-written graphs.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
+#include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
+#include "tests/cpp/ir_builders.h"
 
 namespace torch_ort {
 namespace {
@@ -71,6 +76,82 @@ TEST(Pipeline, VerifierNamesThePassThatBrokeTheGraph) {
   } catch (const VerifyError& e) {
     EXPECT_NE(std::string(e.what()).find("breaker"), std::string::npos) << e.what();
   }
+}
+
+// y = Exp(x) * w, plus a dead forward branch Neg(x): the training graph of (x, w), both trainable.
+TrainingGraph small_training_graph() {
+  using testing::add_node;
+  using testing::fvalue;
+  Graph g;
+  ValueId x = fvalue(g, "x"), w = fvalue(g, "w"), e = fvalue(g, "e"), y = fvalue(g, "y");
+  ValueId dead = fvalue(g, "dead");
+  g.inputs = {x, w};
+  add_node(g, "Exp", {x}, {e}, "exp");
+  add_node(g, "Neg", {x}, {dead}, "neg_dead");
+  add_node(g, "Mul", {e, w}, {y}, "mul");
+  g.outputs = {y};
+  return build_training_graph(g, {true, true});
+}
+
+// Appends one node reading `from` (a value of the caller's choice), phase left at its default.
+struct AppendNode final : Pass {
+  explicit AppendNode(ValueId from) : from(from) {}
+  std::string_view name() const override { return "append"; }
+  bool run(Graph& g) override {
+    ValueId out = g.new_value("appended", DType::kFloat, g.value(from).shape);
+    testing::add_node(g, "Neg", {from}, {out}, "appended");
+    g.outputs.push_back(out);  // keep it alive through the pipeline
+    return true;
+  }
+  ValueId from;
+};
+
+TEST(TrainingPipeline, DceCountsTheForwardNodesAgainAndKeepsInputGradients) {
+  TrainingGraph tg = small_training_graph();
+  ASSERT_EQ(tg.graph.nodes[1].name, "neg_dead");
+  const size_t nf = tg.num_forward_nodes, n = tg.graph.nodes.size();
+  const std::vector<ValueId> grads = tg.input_grads;
+  PipelineOptions opts;
+  opts.verify_after_each = true;
+  EXPECT_EQ(run_training_pipeline(tg, default_training_pipeline(), opts),
+            std::vector<std::string>{"dce"});
+  EXPECT_EQ(tg.num_forward_nodes, nf - 1);
+  EXPECT_EQ(tg.graph.nodes.size(), n - 1);
+  EXPECT_EQ(tg.input_grads, grads);
+  EXPECT_EQ(tg.graph.inputs.size(), 2u) << "gradient inputs are taken back out after the passes";
+  EXPECT_EQ(tg.graph.outputs.size(), 1u);
+  for (size_t i = 0; i < tg.graph.nodes.size(); ++i)
+    EXPECT_EQ(tg.graph.nodes[i].in_backward, i >= tg.num_forward_nodes) << tg.graph.nodes[i].name;
+  verify(as_exportable_graph(tg));
+}
+
+TEST(TrainingPipeline, ANewNodeReadingAGradientRunsInBackward) {
+  TrainingGraph tg = small_training_graph();
+  const size_t nf = tg.num_forward_nodes;
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<AppendNode>(tg.grad_of_outputs[0]));
+  run_training_pipeline(tg, passes, PipelineOptions{});
+  EXPECT_EQ(tg.num_forward_nodes, nf);
+  EXPECT_EQ(tg.graph.nodes.back().name, "appended");
+  EXPECT_TRUE(tg.graph.nodes.back().in_backward);
+}
+
+TEST(TrainingPipeline, ANewNodeReadingOnlyForwardValuesMovesAheadOfBackward) {
+  TrainingGraph tg = small_training_graph();
+  const size_t nf = tg.num_forward_nodes;
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<AppendNode>(tg.graph.inputs[0]));
+  run_training_pipeline(tg, passes, PipelineOptions{});
+  ASSERT_EQ(tg.num_forward_nodes, nf + 1);
+  EXPECT_EQ(tg.graph.nodes[nf].name, "appended") << "last forward node, before every backward one";
+  EXPECT_TRUE(tg.graph.nodes[nf + 1].in_backward);
+}
+
+TEST(Pipeline, PassNamesListEachPassOnceInOrder) {
+  const std::vector<std::string> names = pass_names();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "sequence_to_split");
+  EXPECT_EQ(std::count(names.begin(), names.end(), "dce"), 1);
 }
 
 }  // namespace

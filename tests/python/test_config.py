@@ -58,12 +58,15 @@ INVALID = {
     "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER": ("fast", "use one of"),
     "ORTMODULE_USE_EFFICIENT_ATTENTION": ("flash", "use one of"),
     "ORTMODULE_ATEN_FALLBACK": ("never", "use one of"),
+    "ORTMODULE_DISABLED_PASSES": ("dce,no_such_pass", "'no_such_pass' is not a graph pass; passes: .*dce"),
+    "ORTMODULE_DISABLED_PASSES ": ("sequence_to_split", "lowering the engine needs and cannot be disabled"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_invalid_value_names_the_variable_and_the_valid_values(monkeypatch, name):
     text, valid = INVALID[name]
+    name = name.strip()  # a trailing space keys a second case of one variable
     monkeypatch.setenv(name, text)
     with pytest.raises(ValueError, match=name) as info:
         ORTModule(Small())
@@ -171,7 +174,6 @@ def test_deepcopy_before_export_traces_a_copy(monkeypatch, value, traced_origina
     ("ORTMODULE_MEMORY_OPT_CONFIG", "Gelu+:1:-1,Dropout+:2:3",
      (RecomputePlan("Gelu+", 1, -1), RecomputePlan("Dropout+", 2, 3))),
     ("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "0", False),
-    ("ORTMODULE_USE_EFFICIENT_ATTENTION", "1", True),
 ])
 def test_later_stage_variables_are_parsed_and_said_to_be_inactive(monkeypatch, torch_ort_log,
                                                                   name, value, parsed):
@@ -213,3 +215,23 @@ def test_skipcheck_policy_device_check_per_call(monkeypatch, policy, checked):
     else:  # not re-checked by ORTModule: the engine meets the meta parameters and says so
         with pytest.raises(TypeError, match="'fc.weight' is on meta"):
             ours(torch.randn(2, 4))
+
+
+
+@pytest.mark.parametrize("env, off", [({}, set()),
+                                      ({"ORTMODULE_DISABLED_PASSES": "dce"}, {"dce"}),
+                                      ({"ORTMODULE_USE_EFFICIENT_ATTENTION": "0"}, {"attention_fusion"})])
+def test_disabled_passes_reach_the_engine(monkeypatch, env, off):
+    import torch_ort
+    from torch_ort import _C
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    built = []
+    real = _C.Engine
+
+    def spy(onnx_bytes, training, flags, disabled_passes=()):
+        built.append(sorted(disabled_passes))
+        return real(onnx_bytes, training, flags, disabled_passes)
+    monkeypatch.setattr(_C, "Engine", spy)
+    ORTModule(Small())(torch.randn(2, 4)).backward()
+    assert built == [sorted(off & set(torch_ort.pass_names()))]

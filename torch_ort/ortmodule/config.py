@@ -80,6 +80,21 @@ def _names(name: str, text: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def _pass_names(name: str, text: str) -> frozenset[str]:
+    from torch_ort import _C  # the pipelines live in the engine
+    known = _C.pass_names()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    required = _C.required_pass_names()
+    optional = [n for n in known if n not in required]
+    for n in names:
+        if n in required:
+            raise _invalid(name, text, f"{n!r} is a lowering the engine needs and cannot be disabled; "
+                           f"passes that can: {', '.join(optional)}")
+        if n not in known:
+            raise _invalid(name, text, f"{n!r} is not a graph pass; passes: {', '.join(optional)}")
+    return frozenset(names)
+
+
 def _memory_level(name: str, text: str) -> int:
     if text.strip() not in ("0", "1", "2"):
         raise _invalid(name, text, "use 0 (user config only), 1 (recompute per transformer layer) or "
@@ -174,8 +189,12 @@ VARIABLES: tuple[Variable, ...] = (
              "attribute assignment (default: devices checked at export; unread attributes ignored)"),
     Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, _bool,
              "compute-saving graph rewrites (validated; no such rewrite exists yet)"),
-    Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", False, _bool,
-             "fuse attention into PyTorch's fused attention kernels (validated; not acted on yet)"),
+    Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", True, _bool,
+             "fuse attention subgraphs into PyTorch's fused attention kernels (the attention_fusion "
+             "pass; on by default here, unlike ORT, since it is exact up to rounding; 0 turns it off)"),
+    Variable("ORTMODULE_DISABLED_PASSES", "disabled_passes", "comma list", frozenset(), _pass_names,
+             "graph passes to skip, by name (torch_ort.pass_names(); ours, not ORT's): to compare "
+             "speed or to work around a pass"),
     Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, _bool,
              "run ops the engine lacks through the ATen dispatcher inside the graph (ours, not ORT's)"),
 )

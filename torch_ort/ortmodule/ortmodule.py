@@ -23,8 +23,8 @@ from torch_ort.ortmodule.runner import GraphRunner, input_schema
 
 _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
-# Variables a later stage will act on (memory optimizer, compute optimizer, fused attention).
-_NOT_ACTED_ON = ("memory_opt_level", "memory_opt_config", "compute_optimizer", "efficient_attention")
+# Variables a later stage will act on (memory optimizer, compute optimizer).
+_NOT_ACTED_ON = ("memory_opt_level", "memory_opt_config", "compute_optimizer")
 
 
 class ORTModule(torch.nn.Module):
@@ -196,7 +196,8 @@ class ORTModule(torch.nn.Module):
         schema = input_schema(spec, flat)
         key = (self.module.training, schema, autocast_state(self._device_types(tensors)))
         runner = self._runners.get(key)
-        if runner is None or not runner.accepts(tensors):
+        params = runner.params if runner is not None else None  # read once per call
+        if runner is None or not runner.accepts(tensors, params):
             self._check_devices(tensors, self.module.parameters())
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
@@ -204,16 +205,18 @@ class ORTModule(torch.nn.Module):
             self.cache_hit_count += runner.export.from_cache
             self._adopt_stale(key, runner)
             self._runners[key] = runner
+            params = runner.params
         elif not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DEVICE or \
                 self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
-            self._check_devices(tensors, runner.params)
+            self._check_devices(tensors, params)
         # Gradients are built whenever autograd would record the call (also in eval mode, where
         # ORT silently ran inference); otherwise the forward-only inference engine runs.
-        training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *runner.params))
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *params))
         built = runner.engines_built
-        engine = runner.engine_for(training, tensors, args, kwargs)
-        self.engine_build_count += runner.engines_built - built
-        params = runner.params
+        engine = runner.engine_for(training, tensors, args, kwargs, params)
+        if runner.engines_built != built:
+            self.engine_build_count += runner.engines_built - built
+            params = runner.params  # an ATen-fallback re-export may have rebound them
         report = self._memory.report if self._memory else None
         if report:
             report("pre-forward")

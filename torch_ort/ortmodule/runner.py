@@ -43,6 +43,24 @@ def _load_extension():
     return _C
 
 
+_cuda_kernels_loaded = False
+
+
+def _load_cuda_kernels() -> None:
+    """Imports torch_ort._C_cuda once, which registers the CUDA versions of the engine's fused
+    kernels with _C. Without it (built where nvcc was missing) those kernels run their unfused ATen
+    reference on CUDA tensors: correct, slower; said once at INFO."""
+    global _cuda_kernels_loaded
+    if _cuda_kernels_loaded:
+        return
+    _cuda_kernels_loaded = True
+    try:
+        from torch_ort import _C_cuda  # noqa: F401  (importing registers the kernels)
+    except ImportError as e:
+        LOGGER.info("torch_ort._C_cuda is not built (%s): fused kernels run their unfused ATen "
+                    "reference on CUDA", e)
+
+
 def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
     """(the owning module's _parameters or _buffers dict, the local name) of a parameter/buffer."""
     owner_name, _, name = fqn.rpartition(".")
@@ -98,23 +116,27 @@ class GraphRunner:
         parameters by position at every call."""
         self._engines = old._engines
 
-    def accepts(self, tensors) -> bool:
+    def accepts(self, tensors, params: list) -> bool:
         """False when the export fixed a size that this call's inputs do not have, or when the
-        parameters changed dtype since (`module.to(torch.bfloat16)`)."""
+        parameters (self.params, read once per call by the caller) changed dtype since
+        (`module.to(torch.bfloat16)`)."""
         for t, dims in zip(tensors, self.export.static_dims):
             for size, fixed in zip(t.shape, dims):
                 if fixed is not None and size != fixed:
                     return False
-        return [p.dtype for p in self.params] == self._param_dtypes
+        return [p.dtype for p in params] == self._param_dtypes
 
-    def engine_for(self, training: bool, tensors, args: tuple, kwargs: dict):
-        """The engine for this call; an engine build that names ops we cannot run re-exports with
-        them on the ATen fallback (self.params may then be rebound: read it after this call)."""
-        for _ in range(MAX_EXPORTS):
-            flags = tuple(t.requires_grad for t in (*tensors, *self.params)) if training else None
+    def engine_for(self, training: bool, tensors, args: tuple, kwargs: dict, params: list):
+        """The engine for this call (`params`: self.params as read by the caller); an engine build
+        that names ops we cannot run re-exports with them on the ATen fallback (self.params may
+        then be rebound: read it again after this call when engines_built changed)."""
+        for attempt in range(MAX_EXPORTS):
+            if attempt:
+                params = self.params
+            flags = tuple(t.requires_grad for t in (*tensors, *params)) if training else None
             engine = self._engines.get((training, flags))
             if engine is None:
-                n_inputs = len(tensors) + len(self.params)
+                n_inputs = len(tensors) + len(params)
                 engine = self._build(training, list(flags) if flags else [False] * n_inputs)
             if engine is not None:
                 self._engines[(training, flags)] = engine
@@ -132,11 +154,20 @@ class GraphRunner:
             disk_cache.store(self._settings.cache_dir, self._cache_key, self.export, ops)
             self.export.stored = True
 
+    def _disabled_passes(self) -> list[str]:
+        disabled = set(self._settings.disabled_passes)
+        if not self._settings.efficient_attention:
+            disabled.add("attention_fusion")
+        known = set(_load_extension().pass_names())
+        return sorted(disabled & known)
+
     def _build(self, training: bool, flags: list[bool]):
         """The engine, or None when the ATen fallback took new ops (export again)."""
         _C = _load_extension()
+        if any(p.is_cuda for p in self.params):
+            _load_cuda_kernels()
         try:
-            engine = _C.Engine(self.export.onnx_bytes, training, flags)
+            engine = _C.Engine(self.export.onnx_bytes, training, flags, self._disabled_passes())
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
                     "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")

@@ -36,6 +36,9 @@ struct Node {
   std::vector<ValueId> inputs;     // kNoValue marks an omitted optional input
   std::vector<ValueId> outputs;    // kNoValue marks an omitted optional output
   Attributes attrs;
+  // Training graphs: the node runs in the backward call. Passes over a training graph give a node
+  // they create the phase of the node it replaces (see run_training_pipeline).
+  bool in_backward = false;
 
   std::string describe() const;  // "Gemm (node /fc1/Gemm)"
 };

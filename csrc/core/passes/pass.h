@@ -15,6 +15,9 @@ struct Pass {
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
   virtual bool run(Graph& g) = 0;  // returns whether the graph changed
+  // False for lowerings later stages depend on (no kernel or gradient rule handles what they
+  // remove); naming such a pass in disabled_passes is an error.
+  virtual bool can_disable() const { return true; }
 };
 
 struct PipelineOptions {
@@ -24,9 +27,26 @@ struct PipelineOptions {
 
 // The ordered list of passes run on the imported forward graph (see pipeline.cc for reasons).
 std::vector<std::unique_ptr<Pass>> default_forward_pipeline();
+// The passes run on the forward+backward graph after autodiff: cleanups of what the gradient rules
+// emit (duplicate transposes and shapes, transposes a GEMM can absorb, dead nodes).
+std::vector<std::unique_ptr<Pass>> default_training_pipeline();
+// Every pass name of both pipelines, in pipeline order, each once (for disabled-name checks).
+std::vector<std::string> pass_names();
+// The passes that cannot be disabled (Pass::can_disable() is false).
+std::vector<std::string> required_pass_names();
 // Runs passes in order; returns the names of the passes that changed the graph.
 std::vector<std::string> run_pipeline(Graph& g, const std::vector<std::unique_ptr<Pass>>& passes,
                                       const PipelineOptions& opts);
+
+struct TrainingGraph;
+// Runs passes over a training graph as over a plain graph whose inputs also hold the incoming
+// output gradients and whose outputs also hold the input gradients, so that no pass needs to know
+// about the split. Passes may rewrite nodes in place, remove nodes and insert nodes; afterwards a
+// node runs in backward if it was marked so (Node::in_backward) or reads a backward value, and the
+// forward nodes are moved ahead of the backward ones (stable) and counted again.
+std::vector<std::string> run_training_pipeline(TrainingGraph& tg,
+                                               const std::vector<std::unique_ptr<Pass>>& passes,
+                                               const PipelineOptions& opts);
 
 std::unique_ptr<Pass> make_dce_pass();  // removes nodes whose outputs reach no graph output
 std::unique_ptr<Pass> make_sequence_to_split_pass();  // SplitToSequence + SequenceAt -> Split

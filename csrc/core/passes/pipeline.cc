@@ -1,4 +1,8 @@
 // The ordered pass pipeline over the imported forward graph, and the driver that runs it.
+#include <algorithm>
+#include <set>
+
+#include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
@@ -16,6 +20,32 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   return p;
 }
 
+std::vector<std::unique_ptr<Pass>> default_training_pipeline() {
+  std::vector<std::unique_ptr<Pass>> p;
+  // dce last, as in the forward pipeline: the rewrites above orphan the nodes they bypassed.
+  p.push_back(make_dce_pass());
+  return p;
+}
+
+std::vector<std::string> pass_names() {
+  std::vector<std::string> names;
+  for (auto* make : {&default_forward_pipeline, &default_training_pipeline})
+    for (const auto& pass : make())
+      if (std::find(names.begin(), names.end(), pass->name()) == names.end())
+        names.emplace_back(pass->name());
+  return names;
+}
+
+std::vector<std::string> required_pass_names() {
+  std::vector<std::string> names;
+  for (auto* make : {&default_forward_pipeline, &default_training_pipeline})
+    for (const auto& pass : make())
+      if (!pass->can_disable() &&
+          std::find(names.begin(), names.end(), pass->name()) == names.end())
+        names.emplace_back(pass->name());
+  return names;
+}
+
 std::vector<std::string> run_pipeline(Graph& g, const std::vector<std::unique_ptr<Pass>>& passes,
                                       const PipelineOptions& opts) {
   std::vector<std::string> changed;
@@ -31,6 +61,39 @@ std::vector<std::string> run_pipeline(Graph& g, const std::vector<std::unique_pt
       }
     }
   }
+  return changed;
+}
+
+std::vector<std::string> run_training_pipeline(TrainingGraph& tg,
+                                               const std::vector<std::unique_ptr<Pass>>& passes,
+                                               const PipelineOptions& opts) {
+  Graph& g = tg.graph;
+  for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i].in_backward = i >= tg.num_forward_nodes;
+  // The gradient values cross the graph's edge as inputs/outputs while passes run.
+  const size_t n_inputs = g.inputs.size(), n_outputs = g.outputs.size();
+  for (ValueId v : tg.grad_of_outputs)
+    if (v != kNoValue) g.inputs.push_back(v);
+  for (ValueId v : tg.input_grads)
+    if (v != kNoValue) g.outputs.push_back(v);
+  std::vector<std::string> changed = run_pipeline(g, passes, opts);
+  g.inputs.resize(n_inputs);
+  g.outputs.resize(n_outputs);
+
+  // Phases again: a node reading an incoming gradient or a backward node's output is backward.
+  std::vector<char> backward_value(g.num_values(), 0);
+  for (ValueId v : tg.grad_of_outputs)
+    if (v != kNoValue) backward_value[v] = 1;
+  for (Node& n : g.nodes) {
+    for (ValueId v : n.inputs) n.in_backward |= v != kNoValue && backward_value[v];
+    if (n.in_backward)
+      for (ValueId v : n.outputs)
+        if (v != kNoValue) backward_value[v] = 1;
+  }
+  // A forward node never reads a backward value (just established), so moving the forward nodes
+  // ahead keeps the order topological.
+  std::stable_partition(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return !n.in_backward; });
+  tg.num_forward_nodes = static_cast<size_t>(std::count_if(
+      g.nodes.begin(), g.nodes.end(), [](const Node& n) { return !n.in_backward; }));
   return changed;
 }
 

@@ -52,6 +52,7 @@ std::optional<std::vector<int64_t>> static_sizes(const Graph& g, const GraphInde
 class SequenceToSplit final : public Pass {
  public:
   std::string_view name() const override { return "sequence_to_split"; }
+  bool can_disable() const override { return false; }  // no kernel or gradient takes sequences
 
   bool run(Graph& g) override {
     bool changed = false;
