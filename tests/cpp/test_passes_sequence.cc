@@ -137,8 +137,10 @@ TEST(SequenceToSplit, PipelineRunsItBeforeDceWhichDropsThePositionConstants) {
   Graph g = qkv_graph({0, 1, 2});
   PipelineOptions opts;
   opts.verify_after_each = true;
-  EXPECT_EQ(run_pipeline(g, default_forward_pipeline(), opts),
-            (std::vector<std::string>{"sequence_to_split", "dce"}));
+  const std::vector<std::string> changed = run_pipeline(g, default_forward_pipeline(), opts);
+  ASSERT_GE(changed.size(), 2u);
+  EXPECT_EQ(changed.front(), "sequence_to_split");  // (constant_folding may also turn the
+  EXPECT_EQ(changed.back(), "dce");                  //  position Constants into initializers)
   EXPECT_EQ(find_op(g, "Constant"), nullptr);
   EXPECT_EQ(g.nodes.size(), 3u);  // Split, Add, Add
 }

@@ -50,5 +50,7 @@ std::vector<std::string> run_training_pipeline(TrainingGraph& tg,
 
 std::unique_ptr<Pass> make_dce_pass();  // removes nodes whose outputs reach no graph output
 std::unique_ptr<Pass> make_sequence_to_split_pass();  // SplitToSequence + SequenceAt -> Split
+std::unique_ptr<Pass> make_constant_folding_pass();  // Constant nodes and shape arithmetic -> initializers
+std::unique_ptr<Pass> make_cse_pass();  // same op, attributes and inputs -> one node
 
 }  // namespace torch_ort

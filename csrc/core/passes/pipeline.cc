@@ -14,6 +14,10 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   // sequence_to_split first: it removes sequence values, which no later pass, kernel or gradient
   // rule handles, and leaves the position constants dead for dce.
   p.push_back(make_sequence_to_split_pass());
+  // constant_folding before everything that matches patterns: fusions then see initializers.
+  p.push_back(make_constant_folding_pass());
+  // cse after folding, whose equal per-layer constants it merges, and before the fusions.
+  p.push_back(make_cse_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the
   // pipeline) must never build gradients for work whose result nobody reads.
   p.push_back(make_dce_pass());
