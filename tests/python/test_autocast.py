@@ -90,7 +90,7 @@ def assert_autocast_policy(graph):
     """CPU autocast's policy, as the engine's graph carries it: matmuls in bf16, the loss in fp32
     (cross_entropy is on autocast's fp32 list)."""
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.value_info, *graph.input, *graph.output)}
-    matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
+    matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm", "FusedMatMul")]
     assert len(matmuls) >= 4 * model_zoo.LAYERS
     for node in matmuls:
         assert [types[v] for v in node.input] == [BF16] * len(node.input), node.name
