@@ -18,6 +18,8 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   p.push_back(make_constant_folding_pass());
   // cse after folding, whose equal per-layer constants it merges, and before the fusions.
   p.push_back(make_cse_pass());
+  // attention_fusion before the MatMul/Transpose/elementwise fusions: they would rewrite its Q·Kᵀ chain.
+  p.push_back(make_attention_fusion_pass());
   // softmax_cross_entropy_fusion: independent of the GEMM passes; after cse so one loss remains.
   p.push_back(make_softmax_cross_entropy_fusion_pass());
   // matmul_bias_fusion before transpose folding, which then flags the fused GEMM's weight.

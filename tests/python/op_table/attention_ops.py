@@ -1,0 +1,80 @@
+"""Rows for our fused attention: Attention (Q, K, V, [mask]) -> (Y, LogSumExp) against
+F.scaled_dot_product_attention (LogSumExp against logsumexp of the scores), and AttentionGrad
+against SDPA's autograd. Shapes (B, H, T, D); rows cover the flash path (causal, 2-D and 4-D
+masks, cross attention, f64, f16) and the math path (head sizes that differ, broadcast heads)."""
+import torch
+import torch.nn.functional as F
+
+from op_table import OURS, Case, f
+
+SCALE = 0.35
+_q, _k, _v = f(2, 3, 5, 8), f(2, 3, 7, 8), f(2, 3, 7, 8)  # cross attention: L = 5, S = 7
+_mask4, _mask2 = f(2, 1, 5, 7), f(5, 7)
+_kv_one_head = f(2, 1, 7, 8)
+
+
+def acc(t):  # the kernels' accumulation type: double for double, float otherwise
+    return t.double() if t.dtype == torch.float64 else t.float()
+
+
+def scores(q, k, mask=None, causal=False, scale=SCALE):
+    s = (acc(q) @ acc(k).transpose(-2, -1)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return s if mask is None else s + acc(mask)
+
+
+def attention(causal=False, scale=SCALE, math=False):
+    """(Y, LogSumExp) of softmax(scale·Q·Kᵀ + mask)·V; math=True spells it out (no SDPA path
+    broadcasts heads)."""
+    def ref(q, k, v, mask=None):
+        s = scores(q, k, mask, causal, scale)
+        if math:
+            y = (torch.softmax(s, -1) @ acc(v)).to(q.dtype)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+        return y, torch.logsumexp(s, -1)
+    return ref
+
+
+def attention_grad(causal=False, scale=SCALE):
+    """(dQ, dK, dV) of SDPA by autograd; Y and LogSumExp inputs come from the forward."""
+    def ref(dy, q, k, v, y, lse, mask=None):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+        return torch.autograd.grad(out, (q, k, v), dy)
+    return ref
+
+
+def grad_inputs(q, k, v, mask=None, causal=False):
+    y, lse = attention(causal)(q, k, v, mask)
+    return [f(*y.shape), q, k, v, y.detach(), lse.detach()] + ([mask] if mask is not None else [])
+
+
+def attrs(causal=False, scale=SCALE):
+    return dict(causal=int(causal), scale=scale)
+
+
+_q5, _k5, _v5 = f(2, 3, 5, 8), f(2, 3, 5, 8), f(2, 3, 5, 8)
+CASES = [
+    Case("Attention", [_q5, _k5, _v5], attention(causal=True), attrs(True), domain=OURS, n_out=2,
+         id="Attention-causal"),
+    Case("Attention", [_q, _k, _v, _mask4], attention(), attrs(), domain=OURS, n_out=2, id="Attention-mask-4d-cross"),
+    Case("Attention", [_q, _k, _v, _mask2], attention(), attrs(), domain=OURS, n_out=2, id="Attention-mask-2d"),
+    Case("Attention", [t.double() for t in (_q5, _k5, _v5)], attention(causal=True), attrs(True), domain=OURS,
+         n_out=2, id="Attention-causal-f64"),
+    Case("Attention", [t.half() for t in (_q5, _k5, _v5)], attention(causal=True), attrs(True), domain=OURS,
+         n_out=2, id="Attention-causal-f16"),
+    Case("Attention", [_q5, _k5, _v5], attention(causal=True, scale=8 ** -0.5), dict(causal=1), domain=OURS, n_out=2,
+         id="Attention-default-scale"),
+    Case("Attention", [_q, _k, f(2, 3, 7, 4)], attention(), attrs(), domain=OURS, n_out=2,
+         id="Attention-math-value-head-size"),
+    Case("Attention", [_q, _kv_one_head, _kv_one_head, _mask4], attention(math=True), attrs(), domain=OURS, n_out=2,
+         id="Attention-math-broadcast-heads"),
+    Case("AttentionGrad", grad_inputs(_q5, _k5, _v5, causal=True), attention_grad(causal=True), attrs(True),
+         domain=OURS, n_out=3, id="AttentionGrad-causal"),
+    Case("AttentionGrad", grad_inputs(_q, _k, _v, _mask4), attention_grad(), attrs(), domain=OURS, n_out=3,
+         id="AttentionGrad-mask-4d-cross"),
+    Case("AttentionGrad", grad_inputs(_q, _k, f(2, 3, 7, 4), _mask2), attention_grad(), attrs(), domain=OURS, n_out=3,
+         id="AttentionGrad-math-value-head-size"),
+]

@@ -1,0 +1,129 @@
+"""attention_fusion on real exports: the pass fires on every attention layer of nanoGPT
+(F.scaled_dot_product_attention(is_causal=True)), Hugging Face GPT-2 and BERT (SDPA with a padding
+mask), in training and in eval; it stays off where a condition fails (attention dropout that
+drops); and training through the fused Attention/AttentionGrad keeps parity with eager PyTorch
+and with the same engine with the pass disabled (losses and gradients).
+
+Tolerances as tests/python/test_models.py (fp32): losses rtol 1e-4, gradients rtol 1e-3 / atol 1e-5."""
+import copy
+import math
+
+import onnx
+import pytest
+import torch
+
+import model_zoo
+from test_models import GRAD_TOL, LOSS_RTOL, assert_grads_close, train_step
+from torch_ort import ORTModule
+
+# model -> is_causal (nanoGPT's SDPA) or a padding mask input (HF's SDPA attention)
+MODELS = {"nanogpt": True, "gpt2": False, "bert_cls": False}
+
+
+def engine_of(ours):
+    runner = next(iter(ours._runners.values()))
+    return next(iter(runner._engines.values()))
+
+
+def forward_ops(ours):
+    return onnx.load_from_string(engine_of(ours).forward_graph_onnx()).graph.node
+
+
+def training_op_count(ours, op):
+    return sum(n.op_type == op for n in onnx.load_from_string(engine_of(ours).training_graph_onnx()).graph.node)
+
+
+def attrs(node):
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def one_step(ours, name, train=True):
+    args, kwargs = model_zoo.ZOO[name][1](4, 16, torch.Generator().manual_seed(0))
+    if train:
+        model_zoo.loss_of(ours(*args, **kwargs)).backward()
+    else:
+        with torch.no_grad():
+            ours(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fires_on_every_attention_layer(strict, name):
+    torch.manual_seed(0)
+    ours = ORTModule(model_zoo.ZOO[name][0]())
+    one_step(ours, name)
+    nodes = forward_ops(ours)
+    att = [n for n in nodes if n.op_type == "Attention"]
+    assert len(att) == model_zoo.LAYERS
+    assert not any(n.op_type == "Softmax" for n in nodes)  # no attention left unfused
+    head = model_zoo.WIDTH // model_zoo.HEADS
+    for n in att:
+        assert n.domain == "com.torch_ort"
+        assert attrs(n)["causal"] == int(MODELS[name])
+        assert len(n.input) == (3 if MODELS[name] else 4)  # causal: no mask tensor at all
+        assert attrs(n)["scale"] == pytest.approx(1 / math.sqrt(head), rel=1e-7)
+    assert training_op_count(ours, "AttentionGrad") == model_zoo.LAYERS
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert_cls"])
+def test_fires_in_eval_export_even_with_dropout_configured(strict, name):
+    torch.manual_seed(0)
+    ours = ORTModule(model_zoo.ZOO[name][0](dropout=0.1)).eval()
+    one_step(ours, name, train=False)
+    assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == model_zoo.LAYERS
+
+
+def test_does_not_fire_when_attention_dropout_drops(strict):
+    torch.manual_seed(0)
+    ours = ORTModule(model_zoo.gpt2(dropout=0.1))
+    torch.manual_seed(1)
+    one_step(ours, "gpt2")
+    nodes = forward_ops(ours)
+    assert not any(n.op_type == "Attention" for n in nodes)
+    assert sum(n.op_type == "Softmax" for n in nodes) == model_zoo.LAYERS
+
+
+def run_twins(name, make_a, make_b, steps):
+    """Trains two copies of one initial model side by side (AdamW); returns per-step losses and
+    the gradients of the first and last step."""
+    torch.manual_seed(0)
+    base = model_zoo.ZOO[name][0]()
+    a, b = make_a(copy.deepcopy(base)), make_b(copy.deepcopy(base))
+    opt_a = torch.optim.AdamW(a.parameters(), lr=1e-3, weight_decay=0.01)
+    opt_b = torch.optim.AdamW(b.parameters(), lr=1e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        args, kwargs = model_zoo.ZOO[name][1](*((4, 16), (3, 11))[step % 2], gen)
+        _, loss_a, grads_a = train_step(a, opt_a, args, kwargs)
+        _, loss_b, grads_b = train_step(b, opt_b, args, kwargs)
+        assert math.isfinite(loss_a), f"step {step}: loss {loss_a}"
+        assert loss_a == pytest.approx(loss_b, rel=LOSS_RTOL), f"step {step}: {loss_a} vs {loss_b}"
+        if step in (0, steps - 1):
+            assert_grads_close(grads_a, grads_b, f"step {step}")
+    return a, b
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_matches_eager(strict, name):
+    ours, _ = run_twins(name, ORTModule, lambda m: m, steps=5)
+    assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == model_zoo.LAYERS
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_matches_the_unfused_graph(strict, monkeypatch, name):
+    fused, unfused = [], []
+
+    def with_pass(m):
+        fused.append(ORTModule(m))
+        return fused[-1]
+
+    def without_pass(m):
+        monkeypatch.setenv("ORTMODULE_DISABLED_PASSES", "attention_fusion")
+        unfused.append(ORTModule(m))
+        monkeypatch.delenv("ORTMODULE_DISABLED_PASSES")
+        return unfused[-1]
+
+    run_twins(name, with_pass, without_pass, steps=3)
+    assert sum(n.op_type == "Attention" for n in forward_ops(fused[0])) == model_zoo.LAYERS
+    unfused_ops = forward_ops(unfused[0])
+    assert not any(n.op_type == "Attention" for n in unfused_ops)
+    assert sum(n.op_type == "Softmax" for n in unfused_ops) == model_zoo.LAYERS
