@@ -22,10 +22,14 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   p.push_back(make_attention_fusion_pass());
   // softmax_cross_entropy_fusion: independent of the GEMM passes; after cse so one loss remains.
   p.push_back(make_softmax_cross_entropy_fusion_pass());
+  // bias_gelu_fusion before matmul_bias_fusion: a bias feeding a GELU folds into BiasGelu's one pass.
+  p.push_back(make_bias_gelu_fusion_pass());
   // matmul_bias_fusion before transpose folding, which then flags the fused GEMM's weight.
   p.push_back(make_matmul_bias_fusion_pass());
   // transpose_matmul_fusion after every pass that creates or rewrites GEMMs.
   p.push_back(make_transpose_matmul_fusion_pass());
+  // elementwise_chain_fusion last among fusions: it takes only what no specific fusion claimed.
+  p.push_back(make_elementwise_chain_fusion_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the
   // pipeline) must never build gradients for work whose result nobody reads.
   p.push_back(make_dce_pass());

@@ -1,0 +1,476 @@
+// Kernels of com.torch_ort::FusedElementwise(inputs...) and FusedElementwiseGrad(dY, inputs...):
+// the small program elementwise_chain_fusion.cc writes (ops / operands / consts attributes), run
+// tile by tile. Forward keeps every intermediate of a tile in a per-thread buffer (kTile floats per
+// instruction) and writes only the result; backward recomputes the tile's intermediates, then
+// walks the program backwards accumulating adjoints, and writes only the requested input
+// gradients (broadcast inputs summed to their shapes afterwards). Each op's forward and
+// derivative formulas are written once, as templates, and instantiated on float (the tile loops)
+// and on at::Tensor (the unfused ATen reference, run for non-fp32 dtypes and non-CPU devices).
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/erf.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros.h>
+
+#include "csrc/runtime/kernel.h"
+#include "csrc/runtime/kernels/cpu/gelu.h"
+
+// The project builds with -O2, whose "very cheap" vectoriser leaves these variable-length tile loops
+// scalar; O3's vectoriser turns the arithmetic instructions' loops into SSE code.
+#pragma GCC optimize("O3")
+
+namespace torch_ort::kernels {
+namespace {
+
+constexpr int64_t kTile = 2048;  // floats per buffer: 8 KiB, a program's buffers stay in L1/L2
+
+enum class Op { kAdd, kSub, kMul, kDiv, kPow, kNeg, kExp, kLog, kTanh, kSigmoid, kRelu, kSqrt, kErf, kReciprocal };
+
+struct Instr {
+  Op op;
+  int64_t a, b;  // operands, encoded as in the pass: input, instruction (>= n_inputs), const (< 0)
+  float p;       // Pow's constant exponent
+};
+
+struct Program {
+  std::vector<Instr> code;
+  std::vector<float> consts;
+  int64_t n_inputs = 0;
+};
+
+bool is_unary(Op op) { return op >= Op::kNeg; }
+
+Program parse(const KernelCtx& c, int64_t n_inputs) {
+  static const std::vector<std::pair<const char*, Op>> names{
+      {"Add", Op::kAdd},   {"Sub", Op::kSub},   {"Mul", Op::kMul},         {"Div", Op::kDiv},
+      {"Pow", Op::kPow},   {"Neg", Op::kNeg},   {"Exp", Op::kExp},         {"Log", Op::kLog},
+      {"Tanh", Op::kTanh}, {"Sigmoid", Op::kSigmoid}, {"Relu", Op::kRelu}, {"Sqrt", Op::kSqrt},
+      {"Erf", Op::kErf},   {"Reciprocal", Op::kReciprocal}};
+  Program p;
+  p.n_inputs = n_inputs;
+  p.consts = c.attrs.get_floats("consts", {});
+  const std::vector<std::string> ops = c.attrs.get_strings("ops", {});
+  const std::vector<int64_t> operands = c.attrs.get_ints("operands", {});
+  if (ops.empty() || operands.size() != 2 * ops.size())
+    c.fail("needs a program: 'ops' (n > 0 names) and 'operands' (2n ints), got " + std::to_string(ops.size()) +
+           " ops and " + std::to_string(operands.size()) + " operands");
+  for (size_t k = 0; k < ops.size(); ++k) {
+    auto it = std::find_if(names.begin(), names.end(), [&](const auto& e) { return ops[k] == e.first; });
+    if (it == names.end()) c.fail("instruction " + std::to_string(k) + ": unsupported op '" + ops[k] + "'");
+    Instr in{it->second, operands[2 * k], operands[2 * k + 1], 0.0f};
+    const int64_t limit = n_inputs + static_cast<int64_t>(k);  // inputs and earlier results only
+    auto check = [&](int64_t o) {
+      if (o >= limit || (o < 0 && -o - 1 >= static_cast<int64_t>(p.consts.size())))
+        c.fail("instruction " + std::to_string(k) + " (" + ops[k] + "): operand " + std::to_string(o) +
+               " is neither an input, an earlier result nor a constant");
+    };
+    check(in.a);
+    if (!is_unary(in.op)) check(in.b);
+    if (in.op == Op::kPow) {
+      if (in.b >= 0) c.fail("instruction " + std::to_string(k) + ": Pow's exponent must be a constant");
+      in.p = p.consts[-in.b - 1];
+    }
+    p.code.push_back(in);
+  }
+  return p;
+}
+
+// ---- math on float and on at::Tensor, so each formula below is written once.
+inline float m_exp(float x) { return std::exp(x); }
+inline float m_log(float x) { return std::log(x); }
+inline float m_tanh(float x) { return std::tanh(x); }
+inline float m_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float m_relu(float x) { return x > 0.0f ? x : 0.0f; }
+inline float m_sqrt(float x) { return std::sqrt(x); }
+inline float m_erf(float x) { return std::erf(x); }
+inline float m_pow(float x, float p) { return p == 2.0f ? x * x : p == 3.0f ? x * x * x : std::pow(x, p); }
+inline float m_pos(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+inline at::Tensor m_exp(const at::Tensor& x) { return at::exp(x); }
+inline at::Tensor m_log(const at::Tensor& x) { return at::log(x); }
+inline at::Tensor m_tanh(const at::Tensor& x) { return at::tanh(x); }
+inline at::Tensor m_sigmoid(const at::Tensor& x) { return at::sigmoid(x); }
+inline at::Tensor m_relu(const at::Tensor& x) { return at::relu(x); }
+inline at::Tensor m_sqrt(const at::Tensor& x) { return at::sqrt(x); }
+inline at::Tensor m_erf(const at::Tensor& x) { return at::erf(x); }
+inline at::Tensor m_pow(const at::Tensor& x, float p) { return at::pow(x, p); }
+inline at::Tensor m_pos(const at::Tensor& x) { return (x > 0).to(x.scalar_type()); }
+
+constexpr float k2OverSqrtPi = 1.12837916709551257f;
+
+// y = op(a, b)
+template <Op op, typename T>
+inline T fwd(const T& a, const T& b, float p) {
+  if constexpr (op == Op::kAdd) return a + b;
+  else if constexpr (op == Op::kSub) return a - b;
+  else if constexpr (op == Op::kMul) return a * b;
+  else if constexpr (op == Op::kDiv) return a / b;
+  else if constexpr (op == Op::kPow) return m_pow(a, p);
+  else if constexpr (op == Op::kNeg) return -a;
+  else if constexpr (op == Op::kExp) return m_exp(a);
+  else if constexpr (op == Op::kLog) return m_log(a);
+  else if constexpr (op == Op::kTanh) return m_tanh(a);
+  else if constexpr (op == Op::kSigmoid) return m_sigmoid(a);
+  else if constexpr (op == Op::kRelu) return m_relu(a);
+  else if constexpr (op == Op::kSqrt) return m_sqrt(a);
+  else if constexpr (op == Op::kErf) return m_erf(a);
+  else return 1.0f / a;  // Reciprocal
+}
+
+// Contributions of dY = g to da (and db for binary ops), given a, b and y = op(a, b); the
+// formulas of PyTorch's derivatives where they read y (tanh, sigmoid, sqrt, exp, div).
+template <Op op, typename T>
+inline T grad_a(const T& g, const T& a, const T& b, const T& y, float p) {
+  if constexpr (op == Op::kAdd || op == Op::kSub) return g;
+  else if constexpr (op == Op::kMul) return g * b;
+  else if constexpr (op == Op::kDiv) return g / b;
+  else if constexpr (op == Op::kPow) return g * (p * m_pow(a, p - 1.0f));
+  else if constexpr (op == Op::kNeg) return -g;
+  else if constexpr (op == Op::kExp) return g * y;
+  else if constexpr (op == Op::kLog) return g / a;
+  else if constexpr (op == Op::kTanh) return g * (1.0f - y * y);
+  else if constexpr (op == Op::kSigmoid) return g * ((1.0f - y) * y);
+  else if constexpr (op == Op::kRelu) return g * m_pos(y);
+  else if constexpr (op == Op::kSqrt) return g / (2.0f * y);
+  else if constexpr (op == Op::kErf) return g * (k2OverSqrtPi * m_exp(-(a * a)));
+  else return -g * (y * y);  // Reciprocal
+}
+
+template <Op op, typename T>
+inline T grad_b(const T& g, const T& a, const T& b, const T& y) {
+  if constexpr (op == Op::kAdd) return g;
+  else if constexpr (op == Op::kSub) return -g;
+  else if constexpr (op == Op::kMul) return g * a;
+  else return -(g * y) / b;  // Div: -dY·Y / B
+}
+
+// Calls f(std::integral_constant-like tag) with the op as a template argument.
+template <typename F>
+void dispatch(Op op, const F& f) {
+  switch (op) {
+    case Op::kAdd: return f(std::integral_constant<Op, Op::kAdd>{});
+    case Op::kSub: return f(std::integral_constant<Op, Op::kSub>{});
+    case Op::kMul: return f(std::integral_constant<Op, Op::kMul>{});
+    case Op::kDiv: return f(std::integral_constant<Op, Op::kDiv>{});
+    case Op::kPow: return f(std::integral_constant<Op, Op::kPow>{});
+    case Op::kNeg: return f(std::integral_constant<Op, Op::kNeg>{});
+    case Op::kExp: return f(std::integral_constant<Op, Op::kExp>{});
+    case Op::kLog: return f(std::integral_constant<Op, Op::kLog>{});
+    case Op::kTanh: return f(std::integral_constant<Op, Op::kTanh>{});
+    case Op::kSigmoid: return f(std::integral_constant<Op, Op::kSigmoid>{});
+    case Op::kRelu: return f(std::integral_constant<Op, Op::kRelu>{});
+    case Op::kSqrt: return f(std::integral_constant<Op, Op::kSqrt>{});
+    case Op::kErf: return f(std::integral_constant<Op, Op::kErf>{});
+    case Op::kReciprocal: return f(std::integral_constant<Op, Op::kReciprocal>{});
+  }
+}
+
+// ---- operands at run time
+enum class Kind { kFull, kRow, kScalar };
+struct Operand {
+  Kind kind;
+  const float* data;  // fp32 contiguous
+};
+
+// Shape of the broadcast of every input.
+std::vector<int64_t> out_shape(const KernelCtx& c, const std::vector<at::Tensor>& ins) {
+  std::vector<int64_t> s;
+  for (const at::Tensor& t : ins) {
+    try {
+      s = at::infer_size(s, t.sizes());
+    } catch (const std::exception&) {
+      c.fail("inputs do not broadcast together: " + c10::str(at::IntArrayRef(s)) + " and " + c10::str(t.sizes()));
+    }
+  }
+  return s;
+}
+
+// fp32 contiguous views of the inputs for the tile loop: the output's shape, a last-dim row, or
+// one element; any other broadcast is expanded to the full shape first.
+std::vector<at::Tensor> tile_inputs(const std::vector<at::Tensor>& ins, at::IntArrayRef out,
+                                    std::vector<Operand>& ops) {
+  const int64_t c = out.empty() ? 1 : out.back();
+  std::vector<at::Tensor> keep;
+  for (const at::Tensor& t : ins) {
+    at::Tensor f = t.contiguous();
+    Kind k;
+    if (t.sizes() == out) {
+      k = Kind::kFull;
+    } else if (t.numel() == 1) {
+      k = Kind::kScalar;
+    } else if (t.numel() == c && t.dim() >= 1 && t.size(-1) == c) {
+      k = Kind::kRow;
+    } else {
+      f = t.expand(out).contiguous();
+      k = Kind::kFull;
+    }
+    keep.push_back(f);
+    ops.push_back({k, f.data_ptr<float>()});
+  }
+  return keep;
+}
+
+// Pointer to `n` values of operand o for elements [begin, begin + n): straight into a full input,
+// else filled into `stage` (rows wrap at c; scalars and constants repeat).
+const float* fetch(const Program& p, const std::vector<Operand>& ins, const std::vector<float*>& regs,
+                   int64_t o, int64_t begin, int64_t n, int64_t c, float* stage) {
+  if (o >= p.n_inputs) return regs[o - p.n_inputs];
+  if (o < 0) {
+    std::fill(stage, stage + n, p.consts[-o - 1]);
+    return stage;
+  }
+  const Operand& in = ins[o];
+  if (in.kind == Kind::kFull) return in.data + begin;
+  if (in.kind == Kind::kScalar) {
+    std::fill(stage, stage + n, in.data[0]);
+    return stage;
+  }
+  int64_t k = begin % c;
+  for (int64_t j = 0; j < n; ++j) {
+    stage[j] = in.data[k];
+    if (++k == c) k = 0;
+  }
+  return stage;
+}
+
+// The transcendental ops cpu/gelu.cc vectorises (AVX-512); libm's scalar calls otherwise.
+std::optional<cpu::UnaryFn> vector_fn(Op op) {
+  switch (op) {
+    case Op::kExp: return cpu::UnaryFn::kExp;
+    case Op::kTanh: return cpu::UnaryFn::kTanh;
+    case Op::kErf: return cpu::UnaryFn::kErf;
+    case Op::kSigmoid: return cpu::UnaryFn::kSigmoid;
+    default: return std::nullopt;
+  }
+}
+
+// Forward of one tile: every instruction's result into regs[k].
+void run_tile(const Program& p, const std::vector<Operand>& ins, const std::vector<float*>& regs, float* stage_a,
+              float* stage_b, int64_t begin, int64_t n, int64_t c) {
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instr& in = p.code[k];
+    const float* a = fetch(p, ins, regs, in.a, begin, n, c, stage_a);
+    const float* b = is_unary(in.op) ? a : fetch(p, ins, regs, in.b, begin, n, c, stage_b);
+    float* __restrict y = regs[k];
+    if (const auto fn = vector_fn(in.op); fn && cpu::unary_loop(*fn, a, y, n)) continue;
+    dispatch(in.op, [&](auto tag) {
+      constexpr Op op = decltype(tag)::value;
+      const float* __restrict ra = a;
+      const float* __restrict rb = b;
+      for (int64_t j = 0; j < n; ++j) y[j] = fwd<op, float>(ra[j], rb[j], in.p);
+    });
+  }
+}
+
+std::vector<at::Tensor> inputs_from(const KernelCtx& c, int first) {
+  std::vector<at::Tensor> ins;
+  for (int i = first; i < c.num_inputs(); ++i) ins.push_back(c.input(i));
+  if (ins.empty()) c.fail("needs at least one input");
+  for (const at::Tensor& t : ins)
+    if (!t.is_floating_point() || t.scalar_type() != ins[0].scalar_type() || t.device() != ins[0].device())
+      c.fail("inputs must share one float dtype and device, got " + std::string(c10::toString(t.scalar_type())) +
+             " beside " + std::string(c10::toString(ins[0].scalar_type())));
+  return ins;
+}
+
+bool tile_path(const std::vector<at::Tensor>& ins) {
+  return ins[0].device().is_cpu() && ins[0].scalar_type() == at::kFloat;
+}
+
+// ---- the unfused ATen reference: every instruction a whole-tensor ATen op.
+std::vector<at::Tensor> reference_values(const Program& p, const std::vector<at::Tensor>& ins) {
+  std::vector<at::Tensor> v;
+  auto get = [&](int64_t o) -> at::Tensor {
+    if (o < 0) return at::full({}, p.consts[-o - 1], ins[0].options());
+    return o < p.n_inputs ? ins[o] : v[o - p.n_inputs];
+  };
+  for (const Instr& in : p.code) {
+    const at::Tensor a = get(in.a), b = is_unary(in.op) ? a : get(in.b);
+    dispatch(in.op, [&](auto tag) { v.push_back(fwd<decltype(tag)::value, at::Tensor>(a, b, in.p)); });
+  }
+  return v;
+}
+
+void fused_elementwise_kernel(KernelCtx& c) {
+  const std::vector<at::Tensor> ins = inputs_from(c, 0);
+  const Program p = parse(c, static_cast<int64_t>(ins.size()));
+  const std::vector<int64_t> shape = out_shape(c, ins);
+  if (!tile_path(ins)) return c.set_output(0, reference_values(p, ins).back());
+  std::vector<Operand> ops;
+  const std::vector<at::Tensor> keep = tile_inputs(ins, shape, ops);
+  at::Tensor y = at::empty(shape, ins[0].options());
+  float* out = y.data_ptr<float>();
+  const int64_t n = y.numel(), cols = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 1, [&](int64_t tb, int64_t te) {
+    std::vector<float> buf((p.code.size() + 2) * kTile);
+    std::vector<float*> regs;
+    for (size_t k = 0; k < p.code.size(); ++k) regs.push_back(buf.data() + k * kTile);
+    float* stage_a = buf.data() + p.code.size() * kTile;
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t begin = t * kTile, len = std::min(kTile, n - begin);
+      regs.back() = out + begin;  // the last instruction writes the output directly
+      run_tile(p, ops, regs, stage_a, stage_a + kTile, begin, len, cols);
+    }
+  });
+  c.set_output(0, y);
+}
+
+// Which instructions' adjoints matter: those through which a wanted input gradient flows.
+std::vector<char> adjoint_needed(const Program& p, const std::vector<char>& want_input) {
+  std::vector<char> need(p.code.size(), 0);
+  auto flows = [&](int64_t o) {
+    return o >= 0 && (o < p.n_inputs ? want_input[o] != 0 : need[o - p.n_inputs] != 0);
+  };
+  for (size_t k = 0; k < p.code.size(); ++k)
+    need[k] = flows(p.code[k].a) || (!is_unary(p.code[k].op) && flows(p.code[k].b));
+  return need;
+}
+
+void fused_elementwise_grad_kernel(KernelCtx& c) {
+  const std::vector<at::Tensor> ins = inputs_from(c, 1);
+  const Program p = parse(c, static_cast<int64_t>(ins.size()));
+  const std::vector<int64_t> shape = out_shape(c, ins);
+  at::Tensor dy = c.input(0);
+  if (dy.sizes() != at::IntArrayRef(shape) || dy.scalar_type() != ins[0].scalar_type())
+    c.fail("dY " + c10::str(dy.sizes()) + " must have the output's shape " + c10::str(at::IntArrayRef(shape)) +
+           " and the inputs' dtype");
+  std::vector<char> want(ins.size(), 0);
+  for (size_t i = 0; i < ins.size(); ++i) want[i] = c.output_wanted(static_cast<int>(i));
+  const std::vector<char> need = adjoint_needed(p, want);
+  const size_t last = p.code.size() - 1;
+
+  if (!tile_path(ins) || !dy.device().is_cpu()) {  // reference: ATen ops over whole tensors
+    const std::vector<at::Tensor> v = reference_values(p, ins);
+    std::vector<at::Tensor> adj(p.code.size());
+    std::vector<at::Tensor> gin(ins.size());
+    adj[last] = dy;
+    auto add_to = [&](int64_t o, const at::Tensor& g) {
+      if (o < 0) return;
+      at::Tensor& slot = o < p.n_inputs ? gin[o] : adj[o - p.n_inputs];
+      if (o < p.n_inputs && !want[o]) return;
+      slot = slot.defined() ? slot + g : g;
+    };
+    for (size_t k = p.code.size(); k-- > 0;) {
+      if (!need[k] || !adj[k].defined()) continue;
+      const Instr& in = p.code[k];
+      const at::Tensor a = in.a < 0 ? at::full({}, p.consts[-in.a - 1], ins[0].options())
+                                    : in.a < p.n_inputs ? ins[in.a] : v[in.a - p.n_inputs];
+      const at::Tensor b = is_unary(in.op) ? a
+                           : in.b < 0      ? at::full({}, p.consts[-in.b - 1], ins[0].options())
+                           : in.b < p.n_inputs ? ins[in.b] : v[in.b - p.n_inputs];
+      dispatch(in.op, [&](auto tag) {
+        constexpr Op op = decltype(tag)::value;
+        add_to(in.a, grad_a<op, at::Tensor>(adj[k], a, b, v[k], in.p));
+        if constexpr (op <= Op::kDiv && op != Op::kPow)
+          if (in.op != Op::kPow) add_to(in.b, grad_b<op, at::Tensor>(adj[k], a, b, v[k]));
+      });
+    }
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!want[i]) continue;
+      at::Tensor g = gin[i].defined() ? gin[i] : at::zeros(shape, ins[i].options());
+      c.set_output(static_cast<int>(i), g.sizes() == ins[i].sizes() ? g : g.sum_to_size(ins[i].sizes()));
+    }
+    return;
+  }
+
+  std::vector<Operand> ops;
+  const std::vector<at::Tensor> keep = tile_inputs(ins, shape, ops);
+  dy = dy.contiguous();
+  const float* dyp = dy.data_ptr<float>();
+  // Full-shape gradient per wanted input; broadcast ones are summed to their shapes below.
+  std::vector<at::Tensor> gfull(ins.size());
+  std::vector<float*> gptr(ins.size(), nullptr);
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (want[i]) {
+      gfull[i] = at::empty(shape, ins[i].options());
+      gptr[i] = gfull[i].data_ptr<float>();
+    }
+  const int64_t n = dy.numel(), cols = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  const size_t nk = p.code.size();
+  at::parallel_for(0, tiles, 1, [&](int64_t tb, int64_t te) {
+    // regs (nk), adjoints (nk), two staging buffers for operands.
+    std::vector<float> buf((2 * nk + 2) * kTile);
+    std::vector<float*> regs, adj;
+    for (size_t k = 0; k < nk; ++k) regs.push_back(buf.data() + k * kTile);
+    for (size_t k = 0; k < nk; ++k) adj.push_back(buf.data() + (nk + k) * kTile);
+    float* stage_a = buf.data() + 2 * nk * kTile;
+    float* stage_b = stage_a + kTile;
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t begin = t * kTile, len = std::min(kTile, n - begin);
+      run_tile(p, ops, regs, stage_a, stage_b, begin, len, cols);
+      for (size_t k = 0; k < nk; ++k)
+        if (need[k]) std::fill(adj[k], adj[k] + len, 0.0f);
+      std::copy(dyp + begin, dyp + begin + len, adj[last]);
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (want[i]) std::fill(gptr[i] + begin, gptr[i] + begin + len, 0.0f);
+      // Where operand o's adjoint accumulates: a register, a gradient output, or nowhere.
+      auto sink = [&](int64_t o) -> float* {
+        if (o < 0) return nullptr;
+        if (o < p.n_inputs) return want[o] ? gptr[o] + begin : nullptr;
+        return need[o - p.n_inputs] ? adj[o - p.n_inputs] : nullptr;
+      };
+      for (size_t k = nk; k-- > 0;) {
+        if (!need[k]) continue;
+        const Instr& in = p.code[k];
+        // Operands are fetched again (staged ones were overwritten by later instructions).
+        const float* a = fetch(p, ops, regs, in.a, begin, len, cols, stage_a);
+        const float* b = is_unary(in.op) ? a : fetch(p, ops, regs, in.b, begin, len, cols, stage_b);
+        const float* y = regs[k];
+        const float* g = adj[k];
+        float* da = sink(in.a);
+        float* db = is_unary(in.op) || in.op == Op::kPow ? nullptr : sink(in.b);
+        // Erf's derivative needs exp(−a²): vectorised into the free second staging buffer.
+        if (in.op == Op::kErf && da && cpu::unary_loop(cpu::UnaryFn::kExpNegSquare, a, stage_b, len)) {
+          for (int64_t j = 0; j < len; ++j) da[j] += g[j] * (k2OverSqrtPi * stage_b[j]);
+          continue;
+        }
+        if (db == da && da) {  // the same value on both sides (x·x): add both contributions
+          dispatch(in.op, [&](auto tag) {
+            constexpr Op op = decltype(tag)::value;
+            if constexpr (op <= Op::kDiv && op != Op::kPow)
+              for (int64_t j = 0; j < len; ++j)
+                da[j] += grad_a<op, float>(g[j], a[j], b[j], y[j], in.p) + grad_b<op, float>(g[j], a[j], b[j], y[j]);
+          });
+          continue;
+        }
+        dispatch(in.op, [&](auto tag) {
+          constexpr Op op = decltype(tag)::value;
+          if (da)
+            for (int64_t j = 0; j < len; ++j) da[j] += grad_a<op, float>(g[j], a[j], b[j], y[j], in.p);
+          if constexpr (op <= Op::kDiv && op != Op::kPow)
+            if (db)
+              for (int64_t j = 0; j < len; ++j) db[j] += grad_b<op, float>(g[j], a[j], b[j], y[j]);
+        });
+      }
+    }
+  });
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (want[i])
+      c.set_output(static_cast<int>(i),
+                   gfull[i].sizes() == ins[i].sizes() ? gfull[i] : gfull[i].sum_to_size(ins[i].sizes()));
+}
+
+}  // namespace
+
+REGISTER_KERNEL_IN(kOurDomain, "FusedElementwise", fused_elementwise_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "FusedElementwiseGrad", fused_elementwise_grad_kernel);
+
+}  // namespace torch_ort::kernels
