@@ -55,6 +55,8 @@ std::unique_ptr<Pass> make_cse_pass();  // same op, attributes and inputs -> one
 std::unique_ptr<Pass> make_attention_fusion_pass();  // attention subgraph -> com.torch_ort::Attention
 std::unique_ptr<Pass> make_softmax_cross_entropy_fusion_pass();  // LogSoftmax + NLL loss -> SoftmaxCrossEntropyLoss
 std::unique_ptr<Pass> make_bias_gelu_fusion_pass();  // Add(x, bias) -> Gelu (op or decomposed) -> BiasGelu
+std::unique_ptr<Pass> make_skip_layer_norm_fusion_pass();  // Add(+bias) + LayerNorm -> SkipLayerNorm
+std::unique_ptr<Pass> make_bias_dropout_fusion_pass();  // Add(bias) + Dropout + Add(residual) -> BiasDropout
 std::unique_ptr<Pass> make_matmul_bias_fusion_pass();  // MatMul + bias Add -> FusedMatMul (addmm)
 std::unique_ptr<Pass> make_transpose_matmul_fusion_pass();  // Transpose(last 2 dims) -> GEMM flags
 std::unique_ptr<Pass> make_elementwise_chain_fusion_pass();  // elementwise chains -> FusedElementwise

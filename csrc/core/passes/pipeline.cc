@@ -24,6 +24,8 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   p.push_back(make_softmax_cross_entropy_fusion_pass());
   // bias_gelu_fusion before matmul_bias_fusion: a bias feeding a GELU folds into BiasGelu's one pass.
   p.push_back(make_bias_gelu_fusion_pass());
+  p.push_back(make_skip_layer_norm_fusion_pass());  // before bias_dropout: owns residual adds into an LN
+  p.push_back(make_bias_dropout_fusion_pass());  // before matmul_bias: bias adds into a Dropout fuse here
   // matmul_bias_fusion before transpose folding, which then flags the fused GEMM's weight.
   p.push_back(make_matmul_bias_fusion_pass());
   // transpose_matmul_fusion after every pass that creates or rewrites GEMMs.

@@ -1,0 +1,132 @@
+// Dropout fused with its neighbours -> com.torch_ort::BiasDropout(X, [Bias], [Residual], [ratio],
+// [training_mode]) with outputs (Y, [Mask]): Y = Dropout(X + Bias) + Residual, Mask 1 byte/element.
+//
+// Pattern (at least one of the two adds must be there):
+//   [d = Add(x, bias)]        bias 1-D over the last dim, d read only by the Dropout
+//   y, [mask] = Dropout(d, ratio, training_mode)
+//   [z = Add(y, residual)]    residual of y's shape, y read only by this Add
+// The fused node runs where the Dropout ran, so the random draws keep eager's order (the kernel
+// draws exactly what eager's dropout draws); a residual computed after the Dropout is therefore
+// not folded. Runs after skip_layer_norm_fusion (pipeline.cc): a residual add that feeds a
+// LayerNorm (BERT post-LN, every pre-LN block) is already SkipLayerNorm's, leaving the bias here.
+#include <optional>
+#include <vector>
+
+#include "csrc/core/passes/pass.h"
+
+namespace torch_ort {
+namespace {
+
+bool is_graph_output(const Graph& g, ValueId v) {
+  for (ValueId o : g.outputs)
+    if (o == v) return true;
+  return false;
+}
+
+bool is_plain(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+bool read_only_by(const Graph& g, const GraphIndex& idx, ValueId v, NodeId reader) {
+  return idx.consumers[v].size() == 1 && idx.consumers[v][0] == reader && !is_graph_output(g, v);
+}
+
+struct Match {
+  NodeId dropout = -1, bias_add = -1, res_add = -1;
+  ValueId x = kNoValue, bias = kNoValue, residual = kNoValue;
+};
+
+class BiasDropoutFusion final : public Pass {
+ public:
+  std::string_view name() const override { return "bias_dropout_fusion"; }
+
+  bool run(Graph& g) override {
+    bool changed = false;
+    for (bool again = true; again;) {  // each rewrite removes one Dropout, so this ends
+      again = false;
+      const GraphIndex idx(g);
+      for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
+        if (!is_plain(g.nodes[i], "Dropout")) continue;
+        if (std::optional<Match> m = match(g, idx, i)) {
+          rewrite(g, *m);
+          changed = again = true;
+          break;
+        }
+      }
+    }
+    return changed;
+  }
+
+ private:
+  static std::optional<Match> match(const Graph& g, const GraphIndex& idx, NodeId d_id) {
+    const Node& d = g.nodes[d_id];
+    if (d.inputs.empty() || d.inputs[0] == kNoValue || d.outputs.empty() || d.outputs[0] == kNoValue)
+      return std::nullopt;
+    if (d.attrs.has("seed")) return std::nullopt;  // a fixed-seed draw is not eager's stream
+    // A mask read in the forward graph would have to exist before the fused node's position.
+    if (d.outputs.size() > 1 && d.outputs[1] != kNoValue &&
+        (!idx.consumers[d.outputs[1]].empty() || is_graph_output(g, d.outputs[1])))
+      return std::nullopt;
+    const ValueId data = d.inputs[0], y = d.outputs[0];
+    const Value& dv = g.value(data);
+    if (!is_floating(dv.dtype) || !dv.shape.rank_known || dv.shape.rank() < 1) return std::nullopt;
+    const Dim& c = dv.shape.dims.back();
+    Match m{d_id, -1, -1, data, kNoValue, kNoValue};
+
+    const NodeId p = idx.producer[data];
+    if (p >= 0 && is_plain(g.nodes[p], "Add") && g.nodes[p].inputs.size() == 2 &&
+        read_only_by(g, idx, data, d_id)) {
+      const Node& ba = g.nodes[p];
+      for (int bs = 0; bs < 2; ++bs) {
+        const ValueId bias = ba.inputs[bs], x = ba.inputs[1 - bs];
+        if (bias == kNoValue || x == kNoValue) continue;
+        const Shape& b = g.value(bias).shape;
+        if (b.rank() != 1 || !b.dims[0].same_as(c) || !g.value(x).shape.same_as(dv.shape)) continue;
+        if (g.value(bias).dtype != dv.dtype || g.value(x).dtype != dv.dtype) continue;
+        m.bias_add = p;
+        m.x = x;
+        m.bias = bias;
+        break;
+      }
+    }
+    if (idx.consumers[y].size() == 1 && !is_graph_output(g, y)) {
+      const NodeId r = idx.consumers[y][0];
+      const Node& ra = g.nodes[r];
+      if (is_plain(ra, "Add") && ra.inputs.size() == 2 && ra.inputs[0] != ra.inputs[1]) {
+        const ValueId res = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
+        const bool ready = res != kNoValue && idx.producer[res] < d_id;  // exists where the Dropout runs
+        if (ready && g.value(res).dtype == dv.dtype && g.value(res).shape.same_as(dv.shape) &&
+            g.value(ra.outputs[0]).shape.same_as(dv.shape)) {
+          m.res_add = r;
+          m.residual = res;
+        }
+      }
+    }
+    if (m.bias_add < 0 && m.res_add < 0) return std::nullopt;
+    return m;
+  }
+
+  static void rewrite(Graph& g, const Match& m) {
+    const Node d = g.nodes[m.dropout];
+    const ValueId y = m.res_add >= 0 ? g.nodes[m.res_add].outputs[0] : d.outputs[0];
+    const bool has_mode = d.inputs.size() > 2 && d.inputs[2] != kNoValue;
+    ValueId mask = d.outputs.size() > 1 ? d.outputs[1] : kNoValue;
+    if (mask == kNoValue && has_mode)  // training: backward reuses the forward's mask
+      mask = g.new_value(g.value(y).name + "/mask", DType::kBool, g.value(d.inputs[0]).shape);
+    std::vector<ValueId> ins{m.x, m.bias, m.residual, d.inputs.size() > 1 ? d.inputs[1] : kNoValue,
+                             has_mode ? d.inputs[2] : kNoValue};
+    while (!ins.empty() && ins.back() == kNoValue) ins.pop_back();
+    std::vector<ValueId> outs{y};
+    if (mask != kNoValue) outs.push_back(mask);
+    g.nodes[m.dropout] = Node{kOurDomain, "BiasDropout", d.name, std::move(ins), std::move(outs), d.attrs};
+    std::vector<Node> kept;
+    kept.reserve(g.nodes.size());
+    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i)
+      if (i != m.bias_add && i != m.res_add) kept.push_back(std::move(g.nodes[i]));
+    g.nodes = std::move(kept);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_bias_dropout_fusion_pass() { return std::make_unique<BiasDropoutFusion>(); }
+
+}  // namespace torch_ort
