@@ -40,6 +40,11 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
 
 std::vector<std::unique_ptr<Pass>> default_training_pipeline() {
   std::vector<std::unique_ptr<Pass>> p;
+  // The gradient rules emit Shape nodes of dims that are known, per-rule copies of the same
+  // Transpose/Shape/constant, and Transposes of weights for dX = dY·Wᵀ: fold, merge, absorb.
+  p.push_back(make_constant_folding_pass());
+  p.push_back(make_cse_pass());  // after folding, whose equal constants it merges
+  p.push_back(make_transpose_matmul_fusion_pass());  // after cse: one Transpose per weight left
   // dce last, as in the forward pipeline: the rewrites above orphan the nodes they bypassed.
   p.push_back(make_dce_pass());
   return p;
