@@ -16,6 +16,7 @@
 #include "csrc/core/shapes/infer_shapes.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/errors.h"
+#include "csrc/runtime/kernels/common.h"
 
 namespace torch_ort {
 namespace {
@@ -211,7 +212,7 @@ std::vector<std::optional<at::Tensor>> Engine::backward(
     if (gv == kNoValue) continue;  // not differentiable: whatever came is ignored
     const std::optional<at::Tensor>& go = grad_outputs[i];
     if (!go || !go->defined()) {
-      slots[gv] = at::zeros(ctx.output_sizes[i], ctx.output_options[i]);
+      slots[gv] = kernels::absent_gradient(ctx.output_sizes[i], ctx.output_options[i]);
       continue;
     }
     const std::string what = "gradient of output " + std::to_string(i) + " '" +

@@ -15,6 +15,9 @@ class EngineFunction(torch.autograd.Function):
         with python_op.errors_as_raised():
             outputs, run_ctx = engine.forward(list(inputs))
         ctx.engine, ctx.report = engine, report
+        # An output nobody differentiated gets None, not a filled zero tensor of its size (a GPT's
+        # logits returned beside the loss: 200 MB); the engine uses a stride-0 zero view instead.
+        ctx.set_materialize_grads(False)
         ctx.run_ctx = run_ctx  # holds only the saved set; freed by backward or with ctx
         frozen = [o for o, diff in zip(outputs, engine.output_differentiable) if not diff]
         if frozen:

@@ -41,4 +41,10 @@ inline bool fused_dropout_device(const at::Tensor& x) {
   return x.is_cuda() || x.is_xpu() || x.is_lazy() || x.is_privateuseone();
 }
 
+// The gradient of a graph output that autograd passed as None: a stride-0 view of one cached zero
+// per dtype and device (never a filled buffer of the output's size: a GPT's logits are 200 MB).
+// The cached zeros live for the process, so is_absent_gradient's storage test has no false hits.
+at::Tensor absent_gradient(c10::IntArrayRef sizes, const at::TensorOptions& options);
+bool is_absent_gradient(const at::Tensor& t);
+
 }  // namespace torch_ort::kernels

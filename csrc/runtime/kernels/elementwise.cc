@@ -2,6 +2,7 @@
 // Cast, Identity, variadic Sum and Dropout. ONNX gives both operands one dtype, so ATen type
 // promotion never changes a result type except where noted (Pow, integer Div).
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/add.h>
@@ -85,10 +86,20 @@ void cast_kernel(KernelCtx& c) {
 }
 
 void sum_kernel(KernelCtx& c) {
-  // Variadic with broadcasting; a single operand passes through.
+  // Variadic with broadcasting; a single operand passes through. Absent output gradients (zero
+  // views, common.h) are skipped where the sum's shape does not depend on them.
   if (c.num_inputs() == 0) c.fail("needs at least one input");
-  at::Tensor acc = c.input(0);
-  for (int i = 1; i < c.num_inputs(); ++i) acc = at::add(acc, on_device_of(c.input(i), acc));
+  std::vector<at::Tensor> terms;
+  std::vector<int64_t> shape;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    const at::Tensor& t = c.input(i);
+    shape = shape.empty() && i == 0 ? t.sizes().vec() : at::infer_size(shape, t.sizes());
+    if (!is_absent_gradient(t)) terms.push_back(t);
+  }
+  if (terms.empty()) return c.set_output(0, c.input(0).expand(shape));
+  at::Tensor acc = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) acc = at::add(acc, on_device_of(terms[i], acc));
+  if (!acc.sizes().equals(shape)) acc = at::add(acc, absent_gradient(shape, acc.options()));  // grow
   c.set_output(0, acc);
 }
 
