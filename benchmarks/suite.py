@@ -170,6 +170,23 @@ def gemm_peak(case_names: list[str]) -> dict:
 
 
 # --- parent: each child in its own process, watched for memory and time ----------------------------
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores kept busy by other processes over the next `seconds` (from /proc/stat; the suite's
+    parent is idle meanwhile). Not the load average: that one-minute mean still counts the
+    previous variant, which has just ended."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except OSError:  # not Linux: unknown
+        return 0.0
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1))
+
+
 def run_child(argv: list[str], max_rss_gb: float, timeout_s: float) -> dict:
     """Runs `suite.py argv` with cold caches; returns its RESULT dict or {"error": ...}."""
     import psutil
@@ -179,7 +196,7 @@ def run_child(argv: list[str], max_rss_gb: float, timeout_s: float) -> dict:
         env.pop("ORTMODULE_CACHE_DIR", None)  # a cached export would hide the first step's cost
         env.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # never time eager as ours
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        load = os.getloadavg()[0]  # other work on the machine skews every figure: recorded
+        load = busy_cores()  # other work on the machine skews every figure: recorded
         with open(out_path, "w") as out, open(err_path, "w") as err:
             start = time.perf_counter()
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], stdout=out,
@@ -345,8 +362,9 @@ def markdown(result: dict) -> list[str]:
     loads = [r.get("load_before", 0) for e in result["cases"].values() for r in e["variants"].values()]
     loads.append(gemm.get("load_before", 0))
     if result.get("cores") and max(loads) > 0.5 * result["cores"]:
-        lines[4:4] = [f"**Other work was running**: the load average reached {max(loads):.1f} on "
-                      f"{result['cores']} cores before a variant started; these figures are skewed.", ""]
+        lines[4:4] = [f"**Other work was running**: other processes kept {max(loads):.1f} of "
+                      f"{result['cores']} cores busy just before a variant started; these figures are "
+                      "skewed.", ""]
     verdict = {True: "met", False: "not met", None: "not measured"}
     lines += [f"| {g} | {m} | {t} | {verdict[ok]} |" for g, m, t, ok in goals(result)]
     for case in result["cases"]:

@@ -66,11 +66,11 @@ def test_markdown_warns_when_other_work_ran(result):
     assert "Other work was running" not in "\n".join(suite.markdown(result))
     result["cases"]["tiny"]["variants"]["compile"]["load_before"] = 3.0
     lines = suite.markdown(result)
-    assert lines[4].startswith("**Other work was running**: the load average reached 3.0 on 2 cores")
+    assert lines[4].startswith("**Other work was running**: other processes kept 3.0 of 2 cores busy")
     assert lines[3] == lines[5] == "" and lines[6] == "## Goals"
     result["cases"]["tiny"]["variants"]["compile"]["load_before"] = 0.2
     result["gemm"]["load_before"] = 1.5  # the GEMM peak is skewed too
-    assert "reached 1.5 on 2 cores" in "\n".join(suite.markdown(result))
+    assert "kept 1.5 of 2 cores busy" in "\n".join(suite.markdown(result))
 
 
 def test_write_saves_json_markdown_and_png(result, tmp_path):

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -39,20 +40,13 @@ class BiasDropoutFusion final : public Pass {
   std::string_view name() const override { return "bias_dropout_fusion"; }
 
   bool run(Graph& g) override {
-    bool changed = false;
-    for (bool again = true; again;) {  // each rewrite removes one Dropout, so this ends
-      again = false;
-      const GraphIndex idx(g);
-      for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
-        if (!is_plain(g.nodes[i], "Dropout")) continue;
-        if (std::optional<Match> m = match(g, idx, i)) {
-          rewrite(g, *m);
-          changed = again = true;
-          break;
-        }
-      }
-    }
-    return changed;
+    // Each rewrite removes one Dropout.
+    return pattern::rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
+      if (!is_plain(g.nodes[i], "Dropout")) return false;
+      std::optional<Match> m = match(g, idx, i);
+      if (m) rewrite(g, *m);
+      return m.has_value();
+    });
   }
 
  private:

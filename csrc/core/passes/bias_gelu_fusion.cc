@@ -220,33 +220,26 @@ class BiasGeluFusion final : public Pass {
   std::string_view name() const override { return "bias_gelu_fusion"; }
 
   bool run(Graph& g) override {
-    bool changed = false;
-    // One rewrite at a time: each invalidates the index (node ids shift when nodes go).
-    for (bool again = true; again;) {
-      again = false;
-      const GraphIndex idx(g);
+    // Each rewrite removes one GELU (op or decomposed).
+    return pattern::rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId n) {
       const Matcher mt(g, idx);
-      for (NodeId n = 0; n < static_cast<NodeId>(g.nodes.size()) && !again; ++n) {
-        const Node& node = g.nodes[n];
-        std::optional<Match> m;
-        if (is_onnx(node, "Gelu") && node.inputs.size() == 1 && node.outputs.size() == 1) {
-          std::string approx;
-          try {
-            approx = node.attrs.get_string("approximate", "none");
-          } catch (const std::exception&) {
-            continue;  // a malformed attribute: the Gelu kernel names it
-          }
-          if (approx != "none" && approx != "tanh") continue;
-          m = Match{n, node.inputs[0], approx, {n}};
-        } else if (is_onnx(node, "Mul") && node.inputs.size() == 2 && node.outputs.size() == 1) {
-          m = mt.decomposed(n);
+      const Node& node = g.nodes[n];
+      std::optional<Match> m;
+      if (is_onnx(node, "Gelu") && node.inputs.size() == 1 && node.outputs.size() == 1) {
+        std::string approx;
+        try {
+          approx = node.attrs.get_string("approximate", "none");
+        } catch (const std::exception&) {
+          return false;  // a malformed attribute: the Gelu kernel names it
         }
-        if (!m || !is_floating(g.value(m->x).dtype)) continue;
-        again = rewrite(g, idx, *m);
-        changed |= again;
+        if (approx != "none" && approx != "tanh") return false;
+        m = Match{n, node.inputs[0], approx, {n}};
+      } else if (is_onnx(node, "Mul") && node.inputs.size() == 2 && node.outputs.size() == 1) {
+        m = mt.decomposed(n);
       }
-    }
-    return changed;
+      if (!m || !is_floating(g.value(m->x).dtype)) return false;
+      return rewrite(g, idx, *m);
+    });
   }
 
  private:

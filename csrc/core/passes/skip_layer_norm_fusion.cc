@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -45,22 +46,13 @@ class SkipLayerNormFusion final : public Pass {
   std::string_view name() const override { return "skip_layer_norm_fusion"; }
 
   bool run(Graph& g) override {
-    bool changed = false;
-    // One rewrite at a time (node ids shift); each rewrite removes one LayerNormalization, so
-    // this ends.
-    for (bool again = true; again;) {
-      again = false;
-      const GraphIndex idx(g);
-      for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
-        if (!is_plain(g.nodes[i], "LayerNormalization")) continue;
-        if (std::optional<Match> m = match(g, idx, i)) {
-          rewrite(g, *m);
-          changed = again = true;
-          break;
-        }
-      }
-    }
-    return changed;
+    // Each rewrite removes one LayerNormalization.
+    return pattern::rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
+      if (!is_plain(g.nodes[i], "LayerNormalization")) return false;
+      std::optional<Match> m = match(g, idx, i);
+      if (m) rewrite(g, *m);
+      return m.has_value();
+    });
   }
 
  private:
