@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import model_zoo
-from test_models import GRAD_TOL, LOSS_RTOL, assert_grads_close, train_step
+from test_models import LOSS_RTOL, assert_grads_close, train_step
 from torch_ort import ORTModule
 
 # model -> is_causal (nanoGPT's SDPA) or a padding mask input (HF's SDPA attention)
@@ -108,22 +108,4 @@ def test_training_matches_eager(strict, name):
     assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == model_zoo.LAYERS
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_training_matches_the_unfused_graph(strict, monkeypatch, name):
-    fused, unfused = [], []
-
-    def with_pass(m):
-        fused.append(ORTModule(m))
-        return fused[-1]
-
-    def without_pass(m):
-        monkeypatch.setenv("ORTMODULE_DISABLED_PASSES", "attention_fusion")
-        unfused.append(ORTModule(m))
-        monkeypatch.delenv("ORTMODULE_DISABLED_PASSES")
-        return unfused[-1]
-
-    run_twins(name, with_pass, without_pass, steps=3)
-    assert sum(n.op_type == "Attention" for n in forward_ops(fused[0])) == model_zoo.LAYERS
-    unfused_ops = forward_ops(unfused[0])
-    assert not any(n.op_type == "Attention" for n in unfused_ops)
-    assert sum(n.op_type == "Softmax" for n in unfused_ops) == model_zoo.LAYERS
+# Parity with the pass disabled: test_pass_parity.py (every pass, every zoo model).
