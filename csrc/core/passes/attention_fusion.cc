@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -417,10 +418,7 @@ class AttentionFusion final : public Pass {
       at = Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), {y, lse},
                 std::move(a)};
     }
-    std::vector<Node> kept;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
-    g.nodes = std::move(kept);
+    pattern::erase_nodes(g, drop);
     return true;
   }
 };

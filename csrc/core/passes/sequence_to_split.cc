@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -123,10 +124,7 @@ class SequenceToSplit final : public Pass {
         rn = Node{"", "Identity", rn.name, {outs[k]}, rn.outputs, {}};
       }
     }
-    std::vector<Node> kept;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
-    g.nodes = std::move(kept);
+    pattern::erase_nodes(g, drop);
     return true;
   }
 };
