@@ -4,6 +4,7 @@
 
 #include "csrc/core/autodiff/grad_ctx.h"
 #include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/autodiff/rules_nn.h"
 
 namespace torch_ort {
 namespace {
@@ -12,41 +13,13 @@ namespace {
 // one SkipLayerNormGrad(dY, [dSum], Sum, Gamma, Mean, InvStdDev) -> (dS, [dGamma], [dBeta], [dBias])
 // with x̂ = (Sum − μ)·r:  dS = r·(g − mean(g) − x̂·mean(g·x̂)) + dSum,  g = dY·Gamma;
 // dGamma = Σ_rows dY·x̂;  dBeta = Σ_rows dY;  dBias = Σ_rows dS;  dX = dSkip = dS.
-// Gradients reaching the Mean (μ) and InvStdDev (r) outputs: only when a graph exposes them (a
-// hand-built graph; the pass never fuses an LN whose statistics are read):
-// dS += spread(dμ) + spread(dr · −r³) · (S − μ), spread = ReduceMean's gradient over the last dim.
-ValueId stats_grad(GradCtx& g) {
-  const ValueId s = g.out(3);
-  const DType dt = g.info(s).dtype;
-  auto as_s_type = [&](ValueId v) {
-    if (g.info(v).dtype == dt) return v;
-    Attributes c;
-    c.set("to", static_cast<int64_t>(dt));
-    return g.op("Cast", {v}, std::move(c), dt, g.info(v).shape);
-  };
-  auto spread = [&](ValueId v) {
-    Attributes a;
-    a.set("axes", std::vector<int64_t>{g.rank(s) - 1});
-    return g.ours("ReduceMeanGrad", {as_s_type(v), g.shape_of(s)}, std::move(a), dt, g.info(s).shape);
-  };
-  ValueId ds = kNoValue;
-  if (g.has_grad_out(1)) ds = spread(g.grad_out(1));
-  if (g.has_grad_out(2)) {
-    const ValueId r = g.out(2);
-    const ValueId c = g.neg(g.mul(g.grad_out(2), g.mul(g.mul(r, r), r)));
-    const ValueId t = g.mul(spread(c), g.sub(s, as_s_type(g.out(1))));
-    ds = ds == kNoValue ? t : g.add(ds, t);
-  }
-  return ds;
-}
-
 void skip_layer_norm_grad(GradCtx& g) {
   const bool has_beta = g.has_in(3), has_bias = g.has_in(4);
   const bool need_bias = has_bias && g.needs(4), need_beta = has_beta && g.needs(3);
   if (!g.has_grad_out(0)) {  // only Sum/statistics are read downstream: Gamma/Beta get zero gradients
     ValueId ds = g.grad_out(3);
     if (g.has_grad_out(1) || g.has_grad_out(2)) {
-      const ValueId st = stats_grad(g);
+      const ValueId st = layer_norm_stats_grad(g, g.out(3), -1);
       ds = ds == kNoValue ? st : g.add(ds, st);
     }
     g.set_grad(0, ds);
@@ -59,7 +32,7 @@ void skip_layer_norm_grad(GradCtx& g) {
   }
   ValueId dsum = g.has_grad_out(3) ? g.grad_out(3) : kNoValue;
   if (g.has_grad_out(1) || g.has_grad_out(2)) {  // folded into dSum: both add straight into dS
-    const ValueId ds = stats_grad(g);
+    const ValueId ds = layer_norm_stats_grad(g, g.out(3), -1);
     dsum = dsum == kNoValue ? ds : g.add(dsum, ds);
   }
   const bool need_dx = g.needs(0) || g.needs(1) || need_bias;

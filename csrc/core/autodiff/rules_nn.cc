@@ -2,9 +2,38 @@
 // F.cross_entropy (SoftmaxCrossEntropyLoss, ours CrossEntropyLoss when label smoothing is on) and
 // F.nll_loss, Dropout, LayerNormalization, Gelu, Erf and our Embedding.
 #include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/autodiff/rules_nn.h"
 #include "csrc/core/ir/errors.h"
 
 namespace torch_ort {
+
+ValueId layer_norm_stats_grad(GradCtx& g, ValueId x, int64_t axis) {
+  const int64_t r = g.rank(x);
+  const DType dt = g.info(x).dtype;
+  std::vector<int64_t> axes;
+  for (int64_t d = axis < 0 ? axis + r : axis; d < r; ++d) axes.push_back(d);
+  auto as_x_type = [&](ValueId v) {
+    if (g.info(v).dtype == dt) return v;
+    Attributes c;
+    c.set("to", static_cast<int64_t>(dt));
+    return g.op("Cast", {v}, std::move(c), dt, g.info(v).shape);
+  };
+  auto spread = [&](ValueId v) {
+    Attributes a;
+    a.set("axes", axes);
+    return g.ours("ReduceMeanGrad", {as_x_type(v), g.shape_of(x)}, std::move(a), dt, g.info(x).shape);
+  };
+  ValueId dx = kNoValue;
+  if (g.has_grad_out(1)) dx = spread(g.grad_out(1));
+  if (g.has_grad_out(2)) {
+    const ValueId r_ = g.out(2);
+    const ValueId c = g.neg(g.mul(g.grad_out(2), g.mul(g.mul(r_, r_), r_)));
+    const ValueId t = g.mul(spread(c), g.sub(x, as_x_type(g.out(1))));
+    dx = dx == kNoValue ? t : g.add(dx, t);
+  }
+  return dx;
+}
+
 namespace {
 
 // Softmax/LogSoftmax: opset >= 13 normalises along `axis` (default -1); older opsets flatten the
@@ -82,35 +111,6 @@ void dropout_grad(GradCtx& g) {
                        g.info(g.in(0)).shape));
 }
 
-// Gradients reaching LayerNormalization's Mean (μ) and InvStdDev (r) outputs, when the graph reads
-// them: dX += spread(dμ) + spread(dr · −r³) · (X − μ), spread = ReduceMean's gradient over the
-// normalised axes (÷ n, broadcast back). The exporter never exposes them; hand-built graphs may.
-ValueId layer_norm_stats_grad(GradCtx& g, int64_t axis) {
-  const int64_t r = g.rank(g.in(0));
-  const DType dt = g.info(g.in(0)).dtype;
-  std::vector<int64_t> axes;
-  for (int64_t d = axis < 0 ? axis + r : axis; d < r; ++d) axes.push_back(d);
-  auto as_x_type = [&](ValueId v) {
-    if (g.info(v).dtype == dt) return v;
-    Attributes c;
-    c.set("to", static_cast<int64_t>(dt));
-    return g.op("Cast", {v}, std::move(c), dt, g.info(v).shape);
-  };
-  auto spread = [&](ValueId v) {
-    Attributes a;
-    a.set("axes", axes);
-    return g.ours("ReduceMeanGrad", {as_x_type(v), g.shape_of(g.in(0))}, std::move(a), dt, g.info(g.in(0)).shape);
-  };
-  ValueId dx = kNoValue;
-  if (g.has_grad_out(1)) dx = spread(g.grad_out(1));
-  if (g.has_grad_out(2)) {
-    const ValueId r_ = g.out(2);
-    const ValueId c = g.neg(g.mul(g.grad_out(2), g.mul(g.mul(r_, r_), r_)));
-    const ValueId t = g.mul(spread(c), g.sub(g.in(0), as_x_type(g.out(1))));
-    dx = dx == kNoValue ? t : g.add(dx, t);
-  }
-  return dx;
-}
 
 // LayerNormalization(X, Scale, [B]) with the forward's Mean (output 1) and InvStdDev (output 2):
 // dX and dScale from ATen's layer-norm backward, dB = Σ_outer dY.
@@ -130,7 +130,7 @@ void layer_norm_grad(GradCtx& g) {
       if (g.needs(i)) g.set_grad(i, g.mul(g.in(i), g.const_scalar(0.0, g.info(g.in(i)).dtype)));
   }
   if (g.needs(0) && (g.has_grad_out(1) || g.has_grad_out(2))) {
-    const ValueId ds = layer_norm_stats_grad(g, axis);
+    const ValueId ds = layer_norm_stats_grad(g, g.in(0), axis);
     dx = dx == kNoValue ? ds : g.add(dx, ds);
   }
   g.set_grad(0, dx);

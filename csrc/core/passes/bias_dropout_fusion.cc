@@ -18,17 +18,7 @@
 namespace torch_ort {
 namespace {
 
-bool is_graph_output(const Graph& g, ValueId v) {
-  for (ValueId o : g.outputs)
-    if (o == v) return true;
-  return false;
-}
-
-bool is_plain(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
-bool read_only_by(const Graph& g, const GraphIndex& idx, ValueId v, NodeId reader) {
-  return idx.consumers[v].size() == 1 && idx.consumers[v][0] == reader && !is_graph_output(g, v);
-}
+using namespace pattern;
 
 struct Match {
   NodeId dropout = -1, bias_add = -1, res_add = -1;
@@ -41,8 +31,8 @@ class BiasDropoutFusion final : public Pass {
 
   bool run(Graph& g) override {
     // Each rewrite removes one Dropout.
-    return pattern::rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
-      if (!is_plain(g.nodes[i], "Dropout")) return false;
+    return rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
+      if (!is_onnx(g.nodes[i], "Dropout")) return false;
       std::optional<Match> m = match(g, idx, i);
       if (m) rewrite(g, *m);
       return m.has_value();
@@ -66,8 +56,8 @@ class BiasDropoutFusion final : public Pass {
     Match m{d_id, -1, -1, data, kNoValue, kNoValue};
 
     const NodeId p = idx.producer[data];
-    if (p >= 0 && is_plain(g.nodes[p], "Add") && g.nodes[p].inputs.size() == 2 &&
-        read_only_by(g, idx, data, d_id)) {
+    if (p >= 0 && is_onnx(g.nodes[p], "Add") && g.nodes[p].inputs.size() == 2 &&
+        only_read_by(g, idx, data, d_id)) {
       const Node& ba = g.nodes[p];
       for (int bs = 0; bs < 2; ++bs) {
         const ValueId bias = ba.inputs[bs], x = ba.inputs[1 - bs];
@@ -84,7 +74,7 @@ class BiasDropoutFusion final : public Pass {
     if (idx.consumers[y].size() == 1 && !is_graph_output(g, y)) {
       const NodeId r = idx.consumers[y][0];
       const Node& ra = g.nodes[r];
-      if (is_plain(ra, "Add") && ra.inputs.size() == 2 && ra.inputs[0] != ra.inputs[1]) {
+      if (is_onnx(ra, "Add") && ra.inputs.size() == 2 && ra.inputs[0] != ra.inputs[1]) {
         const ValueId res = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
         const bool ready = res != kNoValue && idx.producer[res] < d_id;  // exists where the Dropout runs
         if (ready && g.value(res).dtype == dv.dtype && g.value(res).shape.same_as(dv.shape) &&

@@ -18,17 +18,7 @@
 namespace torch_ort {
 namespace {
 
-bool is_graph_output(const Graph& g, ValueId v) {
-  for (ValueId o : g.outputs)
-    if (o == v) return true;
-  return false;
-}
-
-bool is_float_type(DType t) {
-  return t == DType::kFloat || t == DType::kDouble || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
-bool is_plain(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+using namespace pattern;
 
 // Rank-1 value whose single dim is provably `c` (the normalised size).
 bool is_vector_of(const Graph& g, ValueId v, const Dim& c) {
@@ -47,8 +37,8 @@ class SkipLayerNormFusion final : public Pass {
 
   bool run(Graph& g) override {
     // Each rewrite removes one LayerNormalization.
-    return pattern::rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
-      if (!is_plain(g.nodes[i], "LayerNormalization")) return false;
+    return rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
+      if (!is_onnx(g.nodes[i], "LayerNormalization")) return false;
       std::optional<Match> m = match(g, idx, i);
       if (m) rewrite(g, *m);
       return m.has_value();
@@ -66,7 +56,7 @@ class SkipLayerNormFusion final : public Pass {
         return std::nullopt;
     const ValueId s = ln.inputs[0];
     const Value& sv = g.value(s);
-    if (!is_float_type(sv.dtype) || !sv.shape.rank_known || sv.shape.rank() < 1) return std::nullopt;
+    if (!is_floating(sv.dtype) || !sv.shape.rank_known || sv.shape.rank() < 1) return std::nullopt;
     const int64_t r = sv.shape.rank(), axis = ln.attrs.get_int("axis", -1);
     if (axis != -1 && axis != r - 1) return std::nullopt;  // normalises more than the last dim
     if (ln.attrs.get_int("stash_type", 1) != 1) return std::nullopt;
@@ -76,7 +66,7 @@ class SkipLayerNormFusion final : public Pass {
     if (has_beta && !is_vector_of(g, ln.inputs[2], c)) return std::nullopt;
 
     const NodeId add_id = idx.producer[s];
-    if (add_id < 0 || !is_plain(g.nodes[add_id], "Add") || g.nodes[add_id].inputs.size() != 2)
+    if (add_id < 0 || !is_onnx(g.nodes[add_id], "Add") || g.nodes[add_id].inputs.size() != 2)
       return std::nullopt;
     const Node& add = g.nodes[add_id];
     for (ValueId in : add.inputs)
@@ -91,7 +81,7 @@ class SkipLayerNormFusion final : public Pass {
     for (int side = 0; side < 2 && m.bias_add < 0; ++side) {
       const ValueId a = add.inputs[side];
       const NodeId p = idx.producer[a];
-      if (p < 0 || !is_plain(g.nodes[p], "Add") || g.nodes[p].inputs.size() != 2) continue;
+      if (p < 0 || !is_onnx(g.nodes[p], "Add") || g.nodes[p].inputs.size() != 2) continue;
       if (idx.consumers[a].size() != 1 || is_graph_output(g, a) || add.inputs[0] == add.inputs[1]) continue;
       const Node& ba = g.nodes[p];
       for (int bs = 0; bs < 2; ++bs) {
