@@ -55,6 +55,20 @@ TORCH_ORT_AVX512 inline void tanh_terms16(__m512 u, __m512* s, __m512* sech2) {
   if (sech2) *sech2 = _mm512_mul_ps(_mm512_mul_ps(splat(4.0f), e), _mm512_mul_ps(inv, inv));
 }
 
+// erfc(|z|) = exp(−z²)·Q(t) for |z| > 1, t = 1 / (1 + |z|/2): the fitted polynomial Q.
+TORCH_ORT_AVX512 inline __m512 erfc_q16(__m512 t) {
+  __m512 q = splat(0.08167590200901031f);
+  q = _mm512_fmadd_ps(q, t, splat(-0.1875874549150467f));
+  q = _mm512_fmadd_ps(q, t, splat(0.028577517718076706f));
+  q = _mm512_fmadd_ps(q, t, splat(0.10264842212200165f));
+  q = _mm512_fmadd_ps(q, t, splat(0.15929098427295685f));
+  q = _mm512_fmadd_ps(q, t, splat(0.25260862708091736f));
+  q = _mm512_fmadd_ps(q, t, splat(0.28105294704437256f));
+  q = _mm512_fmadd_ps(q, t, splat(0.28219345211982727f));
+  q = _mm512_fmadd_ps(q, t, splat(-3.8635480450466275e-06f));
+  return q;
+}
+
 // Φ(x) = ½(1 + erf(x/√2)), accurate in relative terms for x < 0 too (from erfc).
 TORCH_ORT_AVX512 inline __m512 cdf16(__m512 x) {
   const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));
@@ -70,15 +84,7 @@ TORCH_ORT_AVX512 inline __m512 cdf16(__m512 x) {
   const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(z, p), splat(0.5f), splat(0.5f));
   // |z| > 1: erfc(|z|) = exp(−z²)·Q(t), t = 1 / (1 + |z|/2)
   const __m512 t = _mm512_div_ps(splat(1.0f), _mm512_fmadd_ps(az, splat(0.5f), splat(1.0f)));
-  __m512 q = splat(0.08167590200901031f);
-  q = _mm512_fmadd_ps(q, t, splat(-0.1875874549150467f));
-  q = _mm512_fmadd_ps(q, t, splat(0.028577517718076706f));
-  q = _mm512_fmadd_ps(q, t, splat(0.10264842212200165f));
-  q = _mm512_fmadd_ps(q, t, splat(0.15929098427295685f));
-  q = _mm512_fmadd_ps(q, t, splat(0.25260862708091736f));
-  q = _mm512_fmadd_ps(q, t, splat(0.28105294704437256f));
-  q = _mm512_fmadd_ps(q, t, splat(0.28219345211982727f));
-  q = _mm512_fmadd_ps(q, t, splat(-3.8635480450466275e-06f));
+  const __m512 q = erfc_q16(t);
   const __m512 half_erfc = _mm512_mul_ps(_mm512_mul_ps(q, exp16(_mm512_sub_ps(_mm512_setzero_ps(), s))), splat(0.5f));
   const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
   const __m512 large = _mm512_mask_blend_ps(neg, _mm512_sub_ps(splat(1.0f), half_erfc), half_erfc);
@@ -96,15 +102,7 @@ TORCH_ORT_AVX512 inline __m512 erf16(__m512 z) {
   p = _mm512_fmadd_ps(p, s, splat(-0.37612390518188477f));
   p = _mm512_fmadd_ps(p, s, splat(1.1283791065216064f));
   const __m512 t = _mm512_div_ps(splat(1.0f), _mm512_fmadd_ps(az, splat(0.5f), splat(1.0f)));
-  __m512 q = splat(0.08167590200901031f);
-  q = _mm512_fmadd_ps(q, t, splat(-0.1875874549150467f));
-  q = _mm512_fmadd_ps(q, t, splat(0.028577517718076706f));
-  q = _mm512_fmadd_ps(q, t, splat(0.10264842212200165f));
-  q = _mm512_fmadd_ps(q, t, splat(0.15929098427295685f));
-  q = _mm512_fmadd_ps(q, t, splat(0.25260862708091736f));
-  q = _mm512_fmadd_ps(q, t, splat(0.28105294704437256f));
-  q = _mm512_fmadd_ps(q, t, splat(0.28219345211982727f));
-  q = _mm512_fmadd_ps(q, t, splat(-3.8635480450466275e-06f));
+  const __m512 q = erfc_q16(t);
   const __m512 one_minus_erfc = _mm512_fnmadd_ps(q, exp16(_mm512_sub_ps(_mm512_setzero_ps(), s)), splat(1.0f));
   const __m512 large = _mm512_or_ps(one_minus_erfc, _mm512_and_ps(z, splat(-0.0f)));  // sign of z
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(az, splat(1.0f), _CMP_LE_OQ), large, _mm512_mul_ps(z, p));

@@ -11,8 +11,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/runtime/kernels/cuda/element_io.cuh"
+
 namespace torch_ort::kernels::cuda {
 namespace {
+
+using ::torch_ort::cuda::load;
+using ::torch_ort::cuda::store;
 
 constexpr int kThreads = 256;
 constexpr float kSqrtHalf = 0.70710678118654752f;
@@ -20,12 +25,6 @@ constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 constexpr float kTanhBeta = 0.79788456080286536f;
 constexpr float kTanhKappa = 0.044715f;
 
-__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void store(float* p, int64_t i, float x) { p[i] = x; }
-__device__ __forceinline__ void store(__half* p, int64_t i, float x) { p[i] = __float2half_rn(x); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
 
 // (1 + tanh u)/2 and 1 − tanh²u without cancellation.
 __device__ __forceinline__ void tanh_terms(float u, float* s, float* sech2) {

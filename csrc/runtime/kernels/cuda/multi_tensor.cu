@@ -9,10 +9,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/runtime/kernels/cuda/element_io.cuh"
+
 #include "csrc/runtime/kernels/cuda/launch.h"
 
 namespace torch_ort::optim::cuda {
 namespace {
+
+using ::torch_ort::cuda::load;
+using ::torch_ort::cuda::store;
 
 constexpr int kChunk = 65536;
 constexpr int kThreads = 512;
@@ -34,12 +39,6 @@ struct Meta {
   int block_chunk[kMaxBlocks];
 };
 
-__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void store(float* p, int64_t i, float x) { p[i] = x; }
-__device__ __forceinline__ void store(__half* p, int64_t i, float x) { p[i] = __float2half_rn(x); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
 
 // The elements of this block's chunk: [begin, end) of tensor t.
 template <int kDepth>
