@@ -1,14 +1,17 @@
-"""What the issue-5 benchmarks share: their command line, the machine line of their results, and
-a report that prints markdown and saves it with the JSON in benchmarks/results/."""
+"""What the benchmarks share: the issue-5 command line, the machine line of their results, a report
+that prints markdown and saves it with the JSON in benchmarks/results/, and the suites' (issues 6, 7)
+child processes: each variant runs alone, watched for memory and time."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import platform
+import signal
+import subprocess
+import sys
+import tempfile
 import time
-
-import torch
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -21,8 +24,100 @@ def parse_args(doc: str) -> argparse.Namespace:
 
 
 def machine() -> str:
+    import torch  # here, not above: the suites' parent processes never load it
     return (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
             f"threads {torch.get_num_threads()}")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+# --- child processes, each watched for memory and time (suite.py, memory.py) ---------------------
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores kept busy by other processes over the next `seconds` (from /proc/stat; the suite's
+    parent is idle meanwhile). Not the load average: that one-minute mean still counts the
+    previous variant, which has just ended."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except OSError:  # not Linux: unknown
+        return 0.0
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1))
+
+
+def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: float,
+                env_extra: dict | None = None, own_rss_cap_gb: float | None = None) -> dict:
+    """Runs `python script argv` with cold caches and env_extra set; returns the dict its last
+    `RESULT {json}` line printed, or {"error": ...}. Killed when its process tree's RSS passes
+    max_rss_gb, when its own RSS passes own_rss_cap_gb ("killed: RSS ... over the ... cap"), or
+    after timeout_s."""
+    import psutil
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
+        env.pop("ORTMODULE_CACHE_DIR", None)  # a cached export would hide the first step's cost
+        env.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # never time eager as ours
+        env.update(env_extra or {})
+        out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        load = busy_cores()  # other work on the machine skews every figure: recorded
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, script, *argv], stdout=out,
+                                    stderr=err, cwd=_ROOT, env=env, start_new_session=True)
+            killed, tree_peak = None, 0
+            try:
+                watched = psutil.Process(proc.pid)
+                while proc.poll() is None:
+                    rss = own = 0
+                    try:
+                        own = watched.memory_info().rss
+                        rss = own + sum(p.memory_info().rss for p in watched.children(recursive=True))
+                    except psutil.Error:
+                        pass  # a process ended between listing and reading
+                    tree_peak = max(tree_peak, rss)
+                    if own_rss_cap_gb is not None and own > own_rss_cap_gb * 2**30:
+                        killed = f"killed: RSS {own / 2**30:.2f} GiB over the {own_rss_cap_gb:g} GiB cap"
+                    elif rss > max_rss_gb * 2**30:
+                        killed = f"killed: RSS {rss / 2**30:.2f} GiB over the {max_rss_gb:g} GiB limit"
+                    elif time.perf_counter() - start > timeout_s:
+                        killed = f"killed: still running after the {timeout_s:g} s timeout"
+                    if killed:
+                        break
+                    time.sleep(0.1 if own_rss_cap_gb is not None else 0.2)
+            finally:  # the child's session: it and its compile workers, nothing else
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # all of them ended already
+                proc.wait()
+            wall = time.perf_counter() - start
+        with open(out_path) as f:
+            stdout = f.read()
+        with open(err_path) as f:
+            stderr = f.read()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    if killed or proc.returncode != 0 or not lines:
+        tail = (stderr or stdout).strip()[-2000:]
+        return {"error": killed or (tail.splitlines() or [f"exit status {proc.returncode}"])[-1],
+                "log_tail": tail, "wall_s": wall, "peak_tree_rss_mb": tree_peak / 2**20, "load_before": load}
+    return dict(json.loads(lines[-1][len("RESULT "):]), wall_s=wall, peak_tree_rss_mb=tree_peak / 2**20,
+                load_before=load)
 
 
 class Report:

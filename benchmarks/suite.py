@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from common import cpu_model, machine, run_watched  # noqa: E402
 
 # The issue-6 cases; the GPT ones are nanoGPT (vocab 65: its Shakespeare characters) or GPT-2 small.
 CASES = {
@@ -170,84 +168,9 @@ def gemm_peak(case_names: list[str]) -> dict:
 
 
 # --- parent: each child in its own process, watched for memory and time ----------------------------
-def busy_cores(seconds: float = 1.0) -> float:
-    """Cores kept busy by other processes over the next `seconds` (from /proc/stat; the suite's
-    parent is idle meanwhile). Not the load average: that one-minute mean still counts the
-    previous variant, which has just ended."""
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-    try:
-        t0, i0 = sample()
-        time.sleep(seconds)
-        t1, i1 = sample()
-    except OSError:  # not Linux: unknown
-        return 0.0
-    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1))
-
-
 def run_child(argv: list[str], max_rss_gb: float, timeout_s: float) -> dict:
     """Runs `suite.py argv` with cold caches; returns its RESULT dict or {"error": ...}."""
-    import psutil
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
-                   TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
-        env.pop("ORTMODULE_CACHE_DIR", None)  # a cached export would hide the first step's cost
-        env.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # never time eager as ours
-        out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        load = busy_cores()  # other work on the machine skews every figure: recorded
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            start = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], stdout=out,
-                                    stderr=err, cwd=ROOT, env=env, start_new_session=True)
-            killed, tree_peak = None, 0
-            try:
-                watched = psutil.Process(proc.pid)
-                while proc.poll() is None:
-                    rss = 0
-                    try:
-                        for p in [watched, *watched.children(recursive=True)]:
-                            rss += p.memory_info().rss
-                    except psutil.Error:
-                        pass  # a process ended between listing and reading
-                    tree_peak = max(tree_peak, rss)
-                    if rss > max_rss_gb * 2**30:
-                        killed = f"killed: RSS {rss / 2**30:.2f} GiB over the {max_rss_gb:g} GiB limit"
-                    elif time.perf_counter() - start > timeout_s:
-                        killed = f"killed: still running after the {timeout_s:g} s timeout"
-                    if killed:
-                        break
-                    time.sleep(0.2)
-            finally:  # the child's session: it and its compile workers, nothing else
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass  # all of them ended already
-                proc.wait()
-            wall = time.perf_counter() - start
-        with open(out_path) as f:
-            stdout = f.read()
-        with open(err_path) as f:
-            stderr = f.read()
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
-    if killed or proc.returncode != 0 or not lines:
-        tail = (stderr or stdout).strip()[-2000:]
-        return {"error": killed or (tail.splitlines() or [f"exit status {proc.returncode}"])[-1],
-                "log_tail": tail, "wall_s": wall, "peak_tree_rss_mb": tree_peak / 2**20, "load_before": load}
-    return dict(json.loads(lines[-1][len("RESULT "):]), wall_s=wall, peak_tree_rss_mb=tree_peak / 2**20,
-                load_before=load)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return run_watched(os.path.abspath(__file__), argv, max_rss_gb, timeout_s)
 
 
 # --- report: ratios, the goals table, markdown and the chart ---------------------------------------
@@ -458,8 +381,6 @@ def main() -> None:
             parser.error(f"unknown {unknown}; choose from {','.join(known)}")
     import psutil
     max_rss = args.max_rss_gb or 0.8 * psutil.virtual_memory().total / 2**30
-    sys.path.insert(0, HERE)
-    from common import machine
     result = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "cpu": cpu_model(),
               "cores": os.cpu_count(), "max_rss_gb": max_rss, "cases": {}}
     print(f"[suite] GEMM peak ({', '.join(cases)} shapes):", end=" ", flush=True)

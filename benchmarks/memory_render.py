@@ -1,0 +1,263 @@
+"""Issue 7's memory benchmark, the report side: goal figures, markdown tables and the chart of a
+memory.json (benchmarks/memory.py writes one; --from-json re-renders and merges them)."""
+from __future__ import annotations
+
+import json
+import os
+
+from suite import CASE_LABELS
+
+LABELS = {"eager": "eager", "compile": "torch.compile", "ort0": "ORTModule level 0",
+          "ort1": "ORTModule level 1", "ort2": "ORTModule level 2"}
+ORT = ("ort0", "ort1", "ort2")
+PREDICTION_TOLERANCE = 0.10  # predicted within 10% of measured
+ACTIVATION_GOALS = {"ort0": 0.7, "ort1": 0.4}  # × eager's activation memory
+LEVEL1_EXTRA_TIME = 0.25  # level 1's step time over level 0's
+CAP_GOAL = 2.0  # largest batch under the cap, × eager's
+MIB = 1 << 20
+
+
+# --- figures of one row (one process) --------------------------------------------------------------
+def ok(r: dict | None) -> bool:
+    return bool(r) and "error" not in r
+
+
+def activation(r: dict, source: str = "allocator") -> float | None:
+    """MiB of a step's activations: the allocator's peak, or the RSS rise."""
+    if not ok(r):
+        return None
+    if source == "allocator":
+        return r["allocator"]["peak_mib"] if r.get("allocator") else None
+    return r["rss"]["activation_mib"]
+
+
+def predicted(r: dict) -> float | None:
+    p = ((r or {}).get("ort") or {}).get("predicted") or {}
+    return p["peak"] / MIB if p.get("peak") is not None else None
+
+
+def engine_measured(r: dict) -> float | None:
+    m = ((r or {}).get("ort") or {}).get("measured") or {}
+    return m["peak"] / MIB if m.get("peak") is not None and m["peak"] >= 0 else None
+
+
+def _div(a, b):
+    return a / b if a is not None and b else None
+
+
+def _row(entry: dict, variant: str, batch) -> dict | None:
+    return entry.get("sweep", {}).get(variant, {}).get(str(batch))
+
+
+def _extra_time(entry: dict, variant: str, batch, reference: str) -> float | None:
+    """variant's median step time over reference's at this batch, minus 1 (+0.2: 20% slower)."""
+    times = [(_row(entry, v, batch) or {}).get("median_step_s") for v in (variant, reference)]
+    ratio = _div(*times)
+    return None if ratio is None else ratio - 1
+
+
+def _batches(entry: dict) -> list[int]:
+    return sorted({int(b) for rows in entry.get("sweep", {}).values() for b in rows})
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+def _mib(v) -> str:
+    return "-" if v is None else f"{v:,.0f} MiB"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:+.0%}"
+
+
+# --- goals ---------------------------------------------------------------------------------------
+def _default_batch(entry: dict) -> int | None:
+    """The batch the step-time goal is judged at: the case's own (suite.CASES), else the smallest."""
+    batches = _batches(entry)
+    own = entry["plan"].get("case_batch")
+    return own if own in batches else (batches[0] if batches else None)
+
+
+def goals(result: dict) -> list[tuple[str, str, str, bool | None]]:
+    """(goal, measured, target, met) per case; met is None when not measured. Activation figures
+    are the allocator's (RSS in brackets); worst batch shown."""
+    rows = []
+    for case, entry in result["cases"].items():
+        label = CASE_LABELS.get(case, case)
+        ratios = [(v, b, _div(predicted(_row(entry, v, b)), activation(_row(entry, v, b))))
+                  for v in ORT for b in _batches(entry)]
+        ratios = [x for x in ratios if x[2] is not None]
+        worst = max(ratios, key=lambda x: abs(x[2] - 1), default=None)
+        rows.append((f"{label}: predicted peak ÷ measured (allocator), every level and batch",
+                     "-" if not worst else f"{min(x[2] for x in ratios):.2f}–{max(x[2] for x in ratios):.2f}× "
+                     f"({len(ratios)} rows; worst {LABELS[worst[0]]}, batch {worst[1]})",
+                     f"{1 - PREDICTION_TOLERANCE:.2f}–{1 + PREDICTION_TOLERANCE:.2f}×",
+                     None if not worst else abs(worst[2] - 1) <= PREDICTION_TOLERANCE))
+        for variant, target in ACTIVATION_GOALS.items():
+            per_batch = [(b, _div(activation(_row(entry, variant, b)), activation(_row(entry, "eager", b))),
+                          _div(activation(_row(entry, variant, b), "rss"), activation(_row(entry, "eager", b), "rss")))
+                         for b in _batches(entry)]
+            per_batch = [x for x in per_batch if x[1] is not None]
+            worst = max(per_batch, key=lambda x: x[1], default=None)
+            rows.append((f"{label}: {LABELS[variant]} activations ÷ eager's",
+                         "-" if not worst else f"{worst[1]:.2f}× (worst batch, {worst[0]}; RSS {_x(worst[2])})",
+                         f"≤ {target:.2f}×", None if not worst else worst[1] <= target))
+        b = _default_batch(entry)
+        extra = _extra_time(entry, "ort1", b, "ort0")
+        rows.append((f"{label}: level 1 step time over level 0's (batch {b})", _pct(extra),
+                     f"≤ {_pct(LEVEL1_EXTRA_TIME)}", None if extra is None else extra <= LEVEL1_EXTRA_TIME))
+        cap = entry.get("cap") or {}
+        eager = (cap.get("eager") or {}).get("largest")
+        best = max(((v, cap[v]["largest"]) for v in ORT if (cap.get(v) or {}).get("largest")),
+                   key=lambda x: x[1], default=None)
+        ratio = _div(best[1], eager) if best else None
+        rows.append((f"{label}: largest batch under {entry['plan']['cap_gb']:g} GiB, best level ÷ eager's",
+                     "-" if ratio is None else f"{ratio:.2f}× ({LABELS[best[0]]} {best[1]}, eager {eager})",
+                     f"≥ {CAP_GOAL:.1f}×", None if ratio is None else ratio >= CAP_GOAL))
+    return rows
+
+
+# --- markdown ------------------------------------------------------------------------------------
+def _recompute(r: dict) -> str:
+    rows = ((r.get("ort") or {}).get("rows")) if ok(r) else None
+    if rows is None:
+        return "-"
+    on = [x for x in rows if x["enabled"]]
+    return f"{len(on)} of {len(rows)} plans ({_mib(sum(x['bytes_saved'] for x in on) / MIB)})"
+
+
+def _case_table(entry: dict, case: str) -> list[str]:
+    c, plan = entry["config"], entry["plan"]
+    lines = ["", f"## {CASE_LABELS.get(case, case)}", "",
+             f"{c['layers']} layers, {c['heads']} heads, width {c['width']}, context {c['context']}, vocab "
+             f"{c['vocab']}, fp32, AdamW; median of {plan['steps']} steps after {plan['warmup']} warm-up.",
+             "", "| variant | batch | peak RSS | RSS before step | activations: RSS | activations: allocator "
+             "| ÷ eager's | predicted | predicted ÷ allocator | engine measured | predicted ÷ engine "
+             "| recompute on | median step | vs level 0 | vs eager |", "|" + "---|" * 15]
+    for variant, rows in entry["sweep"].items():
+        for batch in sorted(rows, key=int):
+            r = rows[batch]
+            if not ok(r):
+                lines.append(f"| {LABELS[variant]} | {batch} | failed: {r['error'][:120].replace('|', '/')} |"
+                             + " |" * 12)
+                continue
+            p, alloc, eng = predicted(r), activation(r), engine_measured(r)
+            step = r.get("median_step_s")
+            ort_err = (r.get("ort") or {}).get("error")
+            cells = [LABELS[variant], batch, _mib(r["process_peak_rss_mib"]), _mib(r["rss"]["before_mib"]),
+                     _mib(activation(r, "rss")), _mib(alloc), _x(_div(alloc, activation(_row(entry, "eager", batch)))),
+                     _mib(p) if p is not None or not ort_err else f"- ({ort_err[:60]})",
+                     _x(_div(p, alloc)), _mib(eng), _x(_div(p, eng)), _recompute(r),
+                     "-" if step is None else f"{step:.3f} s",
+                     _pct(_extra_time(entry, variant, batch, "ort0")) if variant in ORT[1:] else "-",
+                     _pct(_extra_time(entry, variant, batch, "eager")) if variant != "eager" else "-"]
+            lines.append("| " + " | ".join(str(x) for x in cells) + " |")
+    cap = entry.get("cap")
+    if cap is not None:
+        eager = (cap.get("eager") or {}).get("largest")
+        skipped = [v for v in entry["sweep"] if v not in cap]
+        lines += ["", f"Largest batch whose process peak RSS (export or compilation included) stays under "
+                  f"{plan['cap_gb']:g} GiB: doubling, then bisection; two steps per probe, probes of the "
+                  "sweep above reused." + (f" Not searched: {', '.join(LABELS[v] for v in skipped)}." if skipped
+                                            else ""), "",
+                  "| variant | largest batch | × eager's | probes (batch: peak RSS, fits) |", "|---|---|---|---|"]
+        for variant, s in cap.items():
+            largest = ("-" if s["largest"] is None else f"{s['largest']}" + ("" if s["exact"] else " (≥)")) + (
+                f" ({s['stopped'][:120]})" if s.get("stopped") else "")
+            probes = ", ".join(f"{p['batch']}: " + (f"error {p['error'][:60]}" if "error" in p else
+                                                    f"{_mib(p['peak_rss_mib'])} {'✓' if p['fits'] else '✗'}")
+                               for p in s["probes"])
+            known = ", ".join(f"{b}: {_mib(m)}" for b, m in sorted(s["known_from_sweep"].items(), key=lambda x: int(x[0])))
+            lines.append(f"| {LABELS[variant]} | {largest} | {_x(_div(s['largest'], eager))} | "
+                         f"{probes or '-'}" + (f" (sweep: {known})" if known else "") + " |")
+    return lines
+
+
+def markdown(result: dict) -> list[str]:
+    verdict = {True: "met", False: "not met", None: "not measured"}
+    malloc = ", ".join(f"{k}={v}" for k, v in result.get("malloc", {}).items()) or "glibc's defaults"
+    lines = [f"# Memory benchmark (issue 7), {result['date']}", "",
+             f"Machine: {result['machine']}; {result['cpu']}. Command: `{result.get('command', '-')}`. Each "
+             f"variant and batch size in its own process, glibc malloc with {malloc} in every one.", "",
+             "Activations of a steady-state step (optimizer state allocated, gradients None), measured two "
+             "ways: **RSS**, the peak resident set during forward + backward (VmHWM, reset through "
+             "/proc/self/clear_refs just before the forward) minus the RSS right before it; **allocator**, "
+             "the peak of the bytes torch's CPU allocator handed out during forward + backward of another "
+             "such step (torch.profiler, profile_memory=True), parameter gradients included. The goal "
+             "figures use the allocator's (no page or malloc granularity; the RSS figure is beside it). "
+             "*Predicted*: ORTModule.memory_report(batch).predicted['peak'] before the first step; *engine "
+             "measured*: its .measured['peak'] after the steps. *Peak RSS*: the whole process's, export "
+             "or compilation included.", "", "## Goals", "", "| goal | measured | target | met |",
+             "|---|---|---|---|"]
+    loads = [r.get("load_before", 0) for e in result["cases"].values() for rows in e.get("sweep", {}).values()
+             for r in rows.values()]
+    if result.get("cores") and loads and max(loads) > 0.5 * result["cores"]:
+        lines[6:6] = [f"**Other work was running**: other processes kept up to {max(loads):.1f} of "
+                      f"{result['cores']} cores busy just before a process started; step times are skewed "
+                      "(memory figures are not).", ""]
+    lines += [f"| {g} | {m} | {t} | {verdict[v]} |" for g, m, t, v in goals(result)]
+    for case, entry in result["cases"].items():
+        lines += _case_table(entry, case)
+    return lines
+
+
+# --- chart, files --------------------------------------------------------------------------------
+def chart(result: dict, path: str) -> None:
+    """Per case: activation MiB against batch size per variant (predicted dashed), and the largest
+    batch under the cap."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = list(result["cases"])
+    fig, axes = plt.subplots(2, len(cases), figsize=(6.5 * len(cases), 8), squeeze=False)
+    for j, case in enumerate(cases):
+        entry, act, cap = result["cases"][case], axes[0][j], axes[1][j]
+        for i, variant in enumerate(entry["sweep"]):
+            pts = [(b, activation(_row(entry, variant, b))) for b in _batches(entry)]
+            pts = [(b, v) for b, v in pts if v is not None]
+            if pts:
+                act.plot(*zip(*pts), marker="o", color=f"C{i}", label=LABELS[variant])
+            pred = [(b, predicted(_row(entry, variant, b))) for b in _batches(entry)]
+            pred = [(b, v) for b, v in pred if v is not None]
+            if pred:
+                act.plot(*zip(*pred), marker="x", linestyle="--", color=f"C{i}",
+                         label=f"{LABELS[variant]}, predicted")
+        act.set_title(f"{CASE_LABELS.get(case, case)}: step activations (allocator)", fontsize=9)
+        act.set_xlabel("batch")
+        act.set_ylabel("MiB")
+        act.legend(fontsize=7)
+        searched = [(v, s["largest"]) for v, s in (entry.get("cap") or {}).items()]
+        bars = cap.bar([LABELS[v] for v, _ in searched], [n for _, n in searched],
+                       color=[f"C{list(entry['sweep']).index(v)}" if v in entry["sweep"] else "grey"
+                              for v, _ in searched])
+        cap.bar_label(bars, fontsize=8)
+        cap.set_title(f"largest batch under {entry['plan']['cap_gb']:g} GiB peak RSS", fontsize=9)
+        cap.tick_params(axis="x", labelsize=7, rotation=15)
+    fig.suptitle(f"torch_ort memory benchmark, {result['date']}: {result['machine']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def merge(results: list[dict]) -> dict:
+    """One result with every case of `results` (a later file's case replaces an earlier one's)."""
+    merged = dict(results[0], cases={})
+    for r in results:
+        merged["cases"].update(r["cases"])
+    if len(results) > 1:
+        merged["command"] = " ; ".join(dict.fromkeys(r.get("command", "-") for r in results))
+    return merged
+
+
+def write(result: dict, out_dir: str) -> list[str]:
+    """memory.json, memory.md and memory.png in out_dir; returns the markdown lines."""
+    os.makedirs(out_dir, exist_ok=True)
+    lines = markdown(result)
+    with open(os.path.join(out_dir, "memory.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out_dir, "memory.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    chart(result, os.path.join(out_dir, "memory.png"))
+    return lines
