@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,31 +21,64 @@
 
 namespace torch_ort {
 
-// Ops whose kernels return a view of an input (no new buffer): output `output` aliases input
-// `input`. One table for the planner and its tests; it must match the runtime kernels
-// (tests/python/test_memory_plan.py measures it).
-struct AliasRule {
-  int output = 0;
-  int input = 0;
+// --- Views: which buffer each value lives in (memory_layout.cc).
+//
+// How a value lies in memory as our kernels produce it. A value that allocates is its own base;
+// a view (Reshape of a contiguous value, Transpose, Slice, Expand, Identity, ...) has the base of
+// the value it views. Graph inputs, initializers and Constant outputs are their own bases.
+struct ValueLayout {
+  ValueId base = kNoValue;  // the value owning the buffer this one lives in (itself: it allocates)
+  bool contiguous = true;   // row-major strides (at::Tensor::is_contiguous)
+  bool whole = true;        // from offset 0 over all of base's elements (in-place reuse needs it)
+  bool constant = false;    // an initializer or a Constant node's output: bound by the engine
+  const TensorData* data = nullptr;  // its values, when an initializer or a Constant's tensor
 };
-// The alias rule of node `n`'s output `output_index`, or nullptr when that output is a new buffer.
-const AliasRule* alias_rule(const Node& n, int output_index);
 
+// A node output that is a view of (shares the buffer of) one of the node's inputs — or, for
+// ATenOp/PythonOp, of another of its outputs.
+struct AliasRule {
+  int input = 0;            // index into the node's inputs (or outputs, when of_output)
+  bool of_output = false;   // ATenOp/PythonOp: the recorded result shares the detached one's buffer
+  bool contiguous = true;   // the view's layout
+  bool whole = true;
+};
+// The alias rule of node `n`'s output `output`, given the layouts of its inputs (and of the
+// outputs before `output`); nullopt when that output is a new buffer. One line per op in
+// memory_layout.cc; it must match the runtime kernels (tests/python/test_memory.py measures it).
+std::optional<AliasRule> alias_rule(const Graph& g, const Node& n, int output,
+                                    const std::vector<ValueLayout>& layout);
+// The layout of every value of `g`, nodes in order (in-place reuse is not applied here).
+std::vector<ValueLayout> value_layouts(const Graph& g);
+
+// --- In-place reuse.
+//
 // In-place candidates: inputs of node `n` whose buffer its output 0 could take over (same dtype,
-// provably the output's shape, and an op whose kernel can write over that operand), in order of
-// preference; empty when none. plan_training/plan_inference set Step::inplace to the first
-// candidate that is safe there: its buffer dies at this step and is no graph input, constant,
-// saved value, graph output, or a view of one. The runtime checks again that nothing else holds
-// the buffer before it reuses it.
+// provably the output's shape, a floating output, and an op whose kernel can write over that
+// operand: Add and Mul either operand, Sub, Div and Sum operand 0), in order of preference;
+// empty when none. The runtime (kernels/elementwise.cc) honours exactly these.
 std::vector<int> inplace_candidates(const Graph& g, const Node& n);
+
+// Sets Step::inplace of `steps` (one phase of a plan, free_after filled) to the first candidate
+// whose buffer dies at that step: every value living in it (views included) is last used there,
+// none is `pinned` (values that outlive the phase or are not the engine's: graph inputs, saved
+// values, graph outputs, incoming and returned gradients) or a constant, the candidate is
+// contiguous over its whole buffer, and no other input of the node reads that buffer. The runtime
+// checks again that nothing else holds the buffer before it reuses it.
+void choose_inplace(const Graph& g, std::vector<Step>& steps, const std::vector<char>& pinned);
+
+// --- The live-bytes timeline (memory.cc).
 
 struct MemoryTimeline {
   // Per step of plan.forward / plan.backward: activation bytes live while the step runs (its
-  // outputs allocated, its inputs not yet freed).
+  // outputs allocated, its inputs not yet freed). Views add nothing; an output nobody reads
+  // counts during its own step (many kernels compute it anyway); backward starts from the saved
+  // buffers and keeps the returned gradients to its end.
   std::vector<SymExpr> forward_live;
   std::vector<SymExpr> backward_live;
   SymExpr saved;        // activations kept from forward for backward (unique buffers)
-  SymExpr outputs;      // graph outputs (held by the caller through backward)
+  // Graph outputs not also saved (held by the caller through backward; a saved one is counted in
+  // backward_live until its last backward use, and not after: the runtime measures it so too).
+  SymExpr outputs;
   SymExpr constants;    // initializers and Constant nodes (engine-owned, not activations)
   std::vector<std::string> unknown;  // values whose size has no formula (counted as 0), by name
 };
@@ -56,8 +90,9 @@ MemoryTimeline memory_timeline(const Graph& g, const Plan& plan, const TrainingG
 struct PeakEstimate {
   int64_t forward_peak = 0;   // max over forward steps
   int64_t saved = 0;          // activations alive between forward and backward
-  int64_t outputs = 0;        // graph outputs
-  int64_t backward_peak = 0;  // max over backward steps (saved included, outputs not)
+  int64_t outputs = 0;        // graph outputs not also saved
+  int64_t backward_peak = 0;  // max over backward steps (saved included, outputs not); `saved`
+                              // when backward has no step
   int64_t peak = 0;           // max(forward_peak, outputs + backward_peak): the step's peak
   int64_t constants = 0;
   int64_t forward_peak_step = -1, backward_peak_step = -1;  // index into plan.forward/backward

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "csrc/core/planner/memory.h"
+
 namespace torch_ort {
 namespace {
 
@@ -67,6 +69,16 @@ Plan plan_training(const TrainingGraph& tg) {
   for (ValueId v : tg.grad_of_outputs)
     if (v != kNoValue) bwd_candidates[v] = 1;
   plan.backward = schedule(g, nf, g.nodes.size(), keep_bwd, bwd_candidates);
+
+  // In-place reuse never takes over a buffer that outlives its phase or is not the engine's.
+  std::vector<char> pinned = keep_fwd;
+  for (ValueId v : g.inputs) pinned[v] = 1;
+  for (ValueId v : tg.grad_of_outputs)
+    if (v != kNoValue) pinned[v] = 1;
+  for (ValueId v : tg.input_grads)
+    if (v != kNoValue) pinned[v] = 1;
+  choose_inplace(g, plan.forward, pinned);
+  choose_inplace(g, plan.backward, pinned);
   return plan;
 }
 
@@ -75,6 +87,8 @@ Plan plan_inference(const Graph& g) {
   std::vector<char> keep(g.num_values(), 0);
   for (ValueId v : g.outputs) keep[v] = 1;
   plan.forward = schedule(g, 0, g.nodes.size(), keep, std::vector<char>(g.num_values(), 0));
+  for (ValueId v : g.inputs) keep[v] = 1;
+  choose_inplace(g, plan.forward, keep);  // never over an input or an output
   for (const Node& n : g.nodes)
     for (ValueId v : n.outputs) plan.num_forward_values += v != kNoValue;
   return plan;

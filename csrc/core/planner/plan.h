@@ -11,7 +11,8 @@ namespace torch_ort {
 struct Step {
   NodeId node;                    // index into graph.nodes
   std::vector<ValueId> free_after;  // values whose last use is this step (dropped right after it)
-  // Input whose buffer output 0 may take over (it dies here; see inplace_input in memory.h), or
+  // Input whose buffer output 0 may take over (its buffer dies here; see choose_inplace
+  // in memory.h), or
   // -1. The runtime reuses it only when nothing else holds that buffer.
   int inplace = -1;
 };

@@ -1,0 +1,274 @@
+// Static memory estimate (planner/memory.h): live bytes per step counted by hand on tiny graphs,
+// views counted once, in-place reuse only where the buffer really dies, symbols and formulas.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/planner/memory.h"
+#include "csrc/core/planner/plan.h"
+#include "tests/cpp/shape_builders.h"
+
+namespace torch_ort {
+namespace {
+
+using testing::A;
+using testing::GraphBuilder;
+
+std::vector<std::string> texts(const std::vector<SymExpr>& live) {
+  std::vector<std::string> out;
+  for (const SymExpr& e : live) out.push_back(e.to_string());
+  return out;
+}
+
+const Step& step_of(const Graph& g, const std::vector<Step>& steps, const std::string& op) {
+  for (const Step& s : steps)
+    if (g.nodes[s.node].op_type == op) return s;
+  throw std::runtime_error("no " + op + " step");
+}
+
+// y = Relu(x · Wᵀ + b); loss = ReduceSum(Tanh(y)), x: [batch, 4], W: [3, 4].
+TrainingGraph mlp_training() {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,4]");
+  const ValueId w = b.input("w", "[3,4]");
+  const ValueId bias = b.input("b", "[3]");
+  const ValueId h = b.op("Gemm", {x, w, bias}, A({{"transB", int64_t{1}}}));
+  const ValueId t = b.op("Tanh", {b.op("Relu", {h})});
+  b.g.outputs = {b.op("ReduceSum", {t}, A({{"keepdims", int64_t{0}}}))};
+  infer_shapes(b.g);
+  TrainingGraph tg = build_training_graph(b.g, {false, true, true});
+  infer_shapes(tg.graph);
+  return tg;
+}
+
+TEST(MemoryTimeline, MlpTrainingMatchesTheHandCount) {
+  const TrainingGraph tg = mlp_training();
+  const Plan plan = plan_training(tg);
+  const MemoryTimeline t = memory_timeline(tg.graph, plan, &tg);
+  // Forward: Gemm h, Relu r (h dies), Tanh t, ReduceSum loss, Shape(t) for ReduceSumGrad.
+  EXPECT_EQ(texts(t.forward_live),
+            (std::vector<std::string>{"12*batch", "24*batch", "24*batch", "24*batch+4",
+                                      "24*batch+20"}));
+  // Saved: Relu's and Tanh's outputs and Shape(t) (x is an input: not counted).
+  EXPECT_EQ(t.saved.to_string(), "24*batch+16");
+  EXPECT_EQ(t.outputs.to_string(), "4");  // the loss
+  EXPECT_EQ(t.constants.to_string(), "8");  // SumToShape's int64 shape [3]
+  // Backward: ReduceSumGrad expands dloss (autograd's: 0 bytes) and Shape(t) dies; TanhGrad
+  // +12b (t dies); ReluGrad +12b (r, dtanh die); dW 48 bytes; db 12 bytes (SumToShape reduces).
+  EXPECT_EQ(texts(t.backward_live),
+            (std::vector<std::string>{"24*batch+16", "36*batch", "36*batch", "12*batch+48",
+                                      "12*batch+60"}));
+  EXPECT_TRUE(t.unknown.empty());
+
+  const auto names = symbol_names(tg.graph);
+  PeakEstimate small = evaluate_peak(t, {{"batch", 2}}, names);
+  EXPECT_TRUE(small.complete);
+  EXPECT_EQ(small.forward_peak, 68);
+  EXPECT_EQ(small.forward_peak_step, 4);
+  EXPECT_EQ(small.backward_peak, 84);  // dW and db outweigh two [2,3] gradients
+  EXPECT_EQ(small.backward_peak_step, 4);
+  EXPECT_EQ(small.saved, 64);
+  EXPECT_EQ(small.peak, 88);  // the loss + the backward peak
+  EXPECT_EQ(small.saved_formula, "24*x_dim0 + 16");
+  EXPECT_EQ(small.backward_formula, "12*x_dim0 + 60");
+
+  PeakEstimate big = evaluate_peak(t, {{"batch", 10}}, names);
+  EXPECT_EQ(big.forward_peak, 260);
+  EXPECT_EQ(big.backward_peak, 360);
+  EXPECT_EQ(big.backward_peak_step, 1);  // now the [10,3] gradients dominate
+  EXPECT_EQ(big.backward_formula, "36*x_dim0");
+  EXPECT_EQ(big.peak, 364);
+}
+
+// Views of a forward value share its buffer and keep it alive; a Reshape of a transposed
+// (non-contiguous) value copies; a view of a graph input is never counted.
+TEST(MemoryTimeline, ViewsAreCountedOnceAndKeepTheirBaseAlive) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,4,6]");
+  const ValueId a = b.op("Relu", {x});                                                // 0: 96b
+  const ValueId tr = b.op("Transpose", {a}, A({{"perm", std::vector<int64_t>{0, 2, 1}}}));  // 1: view
+  const ValueId y = b.op("Reshape", {tr, b.ints({0, 24})});                           // 2: copy
+  const ValueId v = b.op("Reshape", {y, b.ints({0, 4, 6})});                          // 3: view
+  const ValueId o = b.op("Relu", {v});                                                // 4
+  const ValueId xv = b.op("Unsqueeze", {x, b.ints({0})});                             // 5: input view
+  const ValueId xs = b.op("Squeeze", {xv, b.ints({0})});                              // 6
+  b.g.outputs = {b.op("Sub", {xs, o})};                                               // 7
+  infer_shapes(b.g);
+  ASSERT_EQ(b.shape(y), "[batch,24]");
+  ASSERT_EQ(b.shape(xs), "[batch,4,6]");
+
+  const auto layout = value_layouts(b.g);
+  EXPECT_EQ(layout[tr].base, a);
+  EXPECT_FALSE(layout[tr].contiguous);
+  EXPECT_EQ(layout[y].base, y) << "reshape of a non-contiguous value copies";
+  EXPECT_EQ(layout[v].base, y);
+  EXPECT_EQ(layout[xs].base, x);
+
+  const Plan plan = plan_inference(b.g);
+  const MemoryTimeline t = memory_timeline(b.g, plan, nullptr);
+  // a lives through its view tr until the copy y is made; y lives through v until o is made;
+  // the Sub's operand 0 is an input view (never reused), so it allocates.
+  EXPECT_EQ(texts(t.forward_live),
+            (std::vector<std::string>{"96*batch", "96*batch", "192*batch", "96*batch", "192*batch",
+                                      "96*batch", "96*batch", "192*batch"}));
+  EXPECT_EQ(t.outputs.to_string(), "96*batch");
+  EXPECT_EQ(t.saved.to_string(), "0");
+}
+
+TEST(MemoryTimeline, SavedViewOfASavedValueIsOneBuffer) {
+  // r = Tanh(x); v = Reshape(r); loss = ReduceSum(v · w): backward keeps r (TanhGrad) and its
+  // view v (dw = dm · v): one [batch,6] buffer.
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,6]");
+  const ValueId w = b.input("w", "[batch,2,3]");
+  const ValueId r = b.op("Tanh", {x});
+  const ValueId v = b.op("Reshape", {r, b.ints({0, 2, 3})});
+  b.g.outputs = {b.op("ReduceSum", {b.op("Mul", {v, w})}, A({{"keepdims", int64_t{0}}}))};
+  infer_shapes(b.g);
+  TrainingGraph tg = build_training_graph(b.g, {true, true});
+  infer_shapes(tg.graph);
+  const Plan plan = plan_training(tg);
+  ASSERT_NE(std::find(plan.saved.begin(), plan.saved.end(), r), plan.saved.end());
+  ASSERT_NE(std::find(plan.saved.begin(), plan.saved.end(), v), plan.saved.end());
+  const MemoryTimeline t = memory_timeline(tg.graph, plan, &tg);
+  EXPECT_EQ(t.saved.terms.at({"batch"}), 24) << t.saved.to_string();
+}
+
+// Forward: h = Relu(x); a = Tanh(h); s = Sigmoid(h); loss = ReduceSum(a + s). Backward sums
+// h's two gradients: Sum(dh₁, dh₂) with both dying there.
+TrainingGraph two_branches() {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,8]");
+  const ValueId h = b.op("Relu", {x});
+  const ValueId sum = b.op("Add", {b.op("Tanh", {h}), b.op("Sigmoid", {h})});
+  b.g.outputs = {b.op("ReduceSum", {sum}, A({{"keepdims", int64_t{0}}}))};
+  infer_shapes(b.g);
+  TrainingGraph tg = build_training_graph(b.g, {true});
+  infer_shapes(tg.graph);
+  return tg;
+}
+
+TEST(MemoryInplace, SumOfDyingGradientsReusesABufferAndAddsNoBytes) {
+  const TrainingGraph tg = two_branches();
+  Plan plan = plan_training(tg);
+  const Graph& g = tg.graph;
+  const Step& sum = step_of(g, plan.backward, "Sum");
+  EXPECT_EQ(sum.inplace, 0);
+  // The forward Add reads Tanh's and Sigmoid's outputs, which backward keeps: not in place.
+  EXPECT_EQ(step_of(g, plan.forward, "Add").inplace, -1);
+
+  const MemoryTimeline with = memory_timeline(g, plan, &tg);
+  const size_t k = static_cast<size_t>(&sum - plan.backward.data());
+  for (Step& s : plan.backward) s.inplace = -1;
+  const MemoryTimeline without = memory_timeline(g, plan, &tg);
+  EXPECT_EQ((without.backward_live[k] - with.backward_live[k]).to_string(), "32*batch")
+      << "the Sum's [batch,8] output takes over its operand's buffer";
+  EXPECT_EQ(without.forward_live.size(), with.forward_live.size());
+}
+
+// Which Add may write over an operand: only one whose buffer dies at the Add, read once, the
+// output's shape, not an input, output or saved value.
+int add_inplace(const std::string& lhs_shape, bool same_operand, bool lhs_is_output,
+                bool rhs_is_input, const std::string& lhs_view = "") {
+  GraphBuilder b;
+  const ValueId x = b.input("x", lhs_shape);
+  const ValueId z = b.input("z", "[batch,4]");
+  ValueId lhs = b.op("Relu", {x});
+  if (lhs_view == "Reshape") lhs = b.op("Reshape", {lhs, b.ints({0, 4})});
+  if (lhs_view == "Transpose") lhs = b.op("Transpose", {lhs}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const ValueId rhs = same_operand ? lhs : rhs_is_input ? z : b.op("Tanh", {z});
+  const ValueId y = b.op("Add", {lhs, rhs});
+  b.g.outputs = {b.op("Relu", {y})};
+  if (lhs_is_output) b.g.outputs.push_back(lhs);
+  infer_shapes(b.g);
+  const Plan plan = plan_inference(b.g);
+  return step_of(b.g, plan.forward, "Add").inplace;
+}
+
+TEST(MemoryInplace, OnlyADyingOperandReadOnceWithTheOutputShape) {
+  EXPECT_EQ(add_inplace("[batch,4]", false, false, false), 0);
+  EXPECT_EQ(add_inplace("[batch,4]", true, false, false), -1) << "Add(x, x)";
+  EXPECT_EQ(add_inplace("[batch,4]", false, true, false), 1) << "operand 0 is a graph output";
+  EXPECT_EQ(add_inplace("[batch,4]", false, true, true), -1) << "output, and a graph input";
+  EXPECT_EQ(add_inplace("[batch,1]", false, false, true), -1) << "broadcast operand";
+  EXPECT_EQ(add_inplace("[batch,1]", false, false, false), 1) << "the full-shape operand";
+  EXPECT_EQ(add_inplace("[4,batch]", false, false, true, "Transpose"), -1) << "non-contiguous view";
+  EXPECT_EQ(add_inplace("[batch,2,2]", false, false, true, "Reshape"), 0) << "reshape of a dying value";
+}
+
+TEST(MemoryInplace, CandidatesFollowTheKernels) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,4]");
+  const ValueId y = b.input("y", "[batch,4]");
+  const ValueId i = b.input("i", "[batch,4]", DType::kInt64);
+  infer_shapes(b.g);
+  auto cands = [&](const std::string& op, std::vector<ValueId> ins) {
+    b.op(op, std::move(ins));
+    infer_shapes(b.g);
+    return inplace_candidates(b.g, b.g.nodes.back());
+  };
+  EXPECT_EQ(cands("Mul", {x, y}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(cands("Div", {x, y}), (std::vector<int>{0}));
+  EXPECT_EQ(cands("Sum", {x, y, x}), (std::vector<int>{0}));
+  EXPECT_TRUE(cands("Add", {i, i}).empty()) << "integer output";
+  EXPECT_TRUE(cands("Relu", {x}).empty());
+}
+
+TEST(MemorySymbols, BindingNamesAndFormulas) {
+  GraphBuilder b;
+  b.input("input_ids", "[s0,s1]", DType::kInt64);
+  b.input("attention.mask", "[s0,7,s2*2,s3]");
+  const auto env = binding_of(b.g, {{2, 5}, {3, 7, 8, 9}});
+  EXPECT_EQ(env, (std::map<std::string, int64_t>{{"s0", 2}, {"s1", 5}, {"s3", 9}}))
+      << "first occurrence wins; a derived dim binds nothing";
+  const auto names = symbol_names(b.g);
+  EXPECT_EQ(names, (std::map<std::string, std::string>{{"s0", "input_ids_dim0"},
+                                                        {"s1", "input_ids_dim1"},
+                                                        {"s3", "attention_mask_dim3"}}));
+  EXPECT_EQ(format_bytes_formula(SymExpr::parse("4*s0*s1*384 + 1536"), names),
+            "1536*input_ids_dim0*input_ids_dim1 + 1536");
+  EXPECT_EQ(format_bytes_formula(SymExpr::parse("8*s0 - 4*(s1//2) - 16"), names),
+            "8*input_ids_dim0 - 4*(input_ids_dim1//2) - 16");
+  EXPECT_EQ(format_bytes_formula(SymExpr::parse("2*s9"), names), "2*s9") << "unnamed symbol";
+  EXPECT_EQ(format_bytes_formula(SymExpr::constant(0), names), "0");
+}
+
+TEST(MemoryPeak, UnboundSymbolOrUnknownSizeIsIncomplete) {
+  MemoryTimeline t;
+  t.forward_live = {SymExpr::parse("4*a"), SymExpr::parse("4*a + 8*b")};
+  PeakEstimate bound = evaluate_peak(t, {{"a", 2}, {"b", 1}});
+  EXPECT_TRUE(bound.complete);
+  EXPECT_EQ(bound.forward_peak, 16);
+  EXPECT_EQ(bound.forward_formula, "4*a + 8*b");
+  PeakEstimate unbound = evaluate_peak(t, {{"a", 2}});
+  EXPECT_FALSE(unbound.complete);
+  EXPECT_EQ(unbound.forward_peak, 8) << "the steps that evaluate still count";
+  t.unknown = {"mystery"};
+  EXPECT_FALSE(evaluate_peak(t, {{"a", 2}, {"b", 1}}).complete);
+}
+
+TEST(MemoryTimeline, FiveThousandNodesPlanAndCountQuickly) {
+  // A residual chain: r_{k+1} = r_k + Tanh(r_k), the shape of a deep network's forward.
+  GraphBuilder b;
+  ValueId r = b.input("x", "[batch,seq,64]");
+  for (int k = 0; k < 2500; ++k) r = b.op("Add", {r, b.op("Tanh", {r})});
+  b.g.outputs = {r};
+  infer_shapes(b.g);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Plan plan = plan_inference(b.g);
+  const MemoryTimeline t = memory_timeline(b.g, plan, nullptr);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 100.0);
+  // Every Add but the first (whose r is the input) writes over its Tanh operand or r: two live
+  // [batch,seq,64] buffers at most.
+  int inplace = 0;
+  for (const Step& s : plan.forward) inplace += s.inplace >= 0;
+  EXPECT_EQ(inplace, 2500);
+  EXPECT_EQ(evaluate_peak(t, {{"batch", 1}, {"seq", 1}}).forward_peak, 2 * 256);
+}
+
+}  // namespace
+}  // namespace torch_ort
