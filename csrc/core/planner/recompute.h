@@ -4,17 +4,27 @@
 // set. Clones run the same kernels on the same inputs, so gradients are bit-identical.
 //
 // Opportunities are clustered by the op types of their subgraph, ORT style: "BiasGelu+",
-// "FusedMatMul+Reshape+" (forward order, each op followed by '+'). A cluster has one occurrence
-// per activation that matches it (typically one per transformer layer).
-//   strategy 1 (recompute): the subgraph's inputs are values backward keeps anyway (or graph
-//     inputs, constants); the activation's bytes are saved in full.
-//   strategy 2 (recompute with compromise): the subgraph needs a forward value that was not kept;
-//     that value is kept instead (it is smaller: e.g. the 16-bit input of a Cast to fp32), and
-//     only the difference is saved.
+// "FusedMatMul+Reshape+" (each op followed by '+', in a topological order: farthest from the
+// activation first, ties by op type — the same in every layer). A cluster has one occurrence
+// per forward node whose saved outputs it recomputes (typically one per transformer layer).
+// Candidates: saved outputs of forward nodes, except graph outputs (the caller holds them
+// anyway), returned gradients, layer boundaries and small integer tensors (shapes). Subgraphs
+// hold at most 15 nodes of deterministic ops (recompute.cc lists them); random ops (Dropout,
+// BiasDropout) are never cloned, so their outputs and masks stay saved.
+//   strategy 1 (recompute): the subgraph's inputs are values backward keeps anyway (saved values
+//     not being dropped, graph inputs and outputs, constants, shape tensors); the activation's
+//     bytes are saved in full.
+//   strategy 2 (recompute with compromise): the subgraph needs forward values that were not kept;
+//     they are kept instead (smaller: e.g. the 16-bit input of a Cast to fp32), and only the
+//     difference is saved. Offered when it provably saves at least half the activation's bytes.
+// Transformer layers: residual adds (an Add whose sum a layer norm reads, or a SkipLayerNorm) mark
+// the residual stream — their sums and the summands that fork into a block. Those boundary values
+// split the forward into layers, one per residual branch (attention and MLP of a block are two).
 // Levels: 0 only ORTMODULE_MEMORY_OPT_CONFIG's plans; 1 every strategy-1 opportunity inside a
 // detected transformer layer (layer-boundary values — the residual stream — stay saved, so a
-// layer's backward recomputes that layer only); 2 also the strategy-2 ones. A config entry with
-// strategy 0 turns its cluster off at any level.
+// layer's backward recomputes that layer only); 2 also the strategy-2 ones. A config entry decides
+// its cluster alone, whatever the level: strategy 0 turns it off, 1 or 2 turns on the first
+// `count` occurrences of that strategy. An activation gets one plan: strategy 1 over 2.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +44,10 @@ struct RecomputeRequest {
 };
 
 struct RecomputeOccurrence {
-  ValueId activation = kNoValue;   // the saved forward value dropped from the saved set
+  // The saved forward value dropped from the saved set: the first such output of the subgraph's
+  // last node. Its other saved outputs go with it (a clone recomputes all of a node's outputs).
+  ValueId activation = kNoValue;
+  std::vector<ValueId> more_activations;  // a LayerNorm's mean and inv_std, Attention's logsumexp
   std::vector<NodeId> subgraph;    // forward nodes cloned to recompute it, in forward order
   std::vector<ValueId> new_saved;  // strategy 2: forward values kept instead (empty for 1)
   int layer = -1;                  // transformer layer it lies in, -1 outside every layer
@@ -45,13 +58,16 @@ struct RecomputeOpportunity {
   std::string cluster;  // "BiasGelu+"
   int strategy = 1;
   std::vector<RecomputeOccurrence> occurrences;  // forward order
-  SymExpr bytes_saved_each;   // activation bytes − new_saved bytes, per occurrence (symbolic)
+  // Activation bytes − new_saved bytes of one occurrence (symbolic). Occurrences of a cluster in
+  // different layers of a transformer have the same formula; where they differ, the first's.
+  SymExpr bytes_saved_each;
   // Occurrences enabled (0 .. occurrences.size()).
   int64_t enabled_count() const;
 };
 
 struct RecomputeResult {
-  std::vector<RecomputeOpportunity> opportunities;  // sorted by bytes saved, largest first
+  // Sorted by the bytes all occurrences save (every symbol at 1024), largest first.
+  std::vector<RecomputeOpportunity> opportunities;
   int num_layers = 0;                               // transformer layers detected
   std::vector<ValueId> layer_boundaries;            // the residual-stream values kept
   int64_t nodes_cloned = 0;                         // recompute nodes added to backward

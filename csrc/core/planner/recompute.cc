@@ -1,0 +1,435 @@
+// The recompute memory optimizer (recompute.h): which saved activations a small forward subgraph
+// can rebuild in backward (analysis), which of them the level and the config turn on (selection),
+// and the clones that rebuild them just before their first backward reader (rewrite).
+#include "csrc/core/planner/recompute.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <queue>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+#include "csrc/core/passes/pattern.h"
+#include "csrc/core/planner/memory.h"
+#include "csrc/core/planner/plan.h"
+
+namespace torch_ort {
+namespace {
+
+using pattern::is_onnx;
+using pattern::is_ours;
+
+constexpr size_t kMaxSubgraphNodes = 15;
+constexpr int64_t kMaxMetadataElements = 64;  // integer tensors this small are shapes, not activations
+
+// Ops a clone reruns bit-identically: deterministic, stateless, free of side effects. Not here:
+// random ops (Dropout, BiasDropout, RandomUniform, ...) — their outputs could be rebuilt from the
+// mask only by another kernel (DropoutGrad), whose rounding of 1/(1-p) need not match the
+// forward's; PythonOp/ATenOp (arbitrary code); anything else we have not vetted.
+bool recomputable(const Node& n) {
+  static const std::set<std::string> onnx = {
+      // elementwise
+      "Add", "Sub", "Mul", "Div", "Neg", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Pow", "Sqrt",
+      "Exp", "Log", "Where", "Cast", "Identity", "Reciprocal", "Abs", "Max", "Min", "Not", "And",
+      "Or", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+      // shapes and views
+      "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Gather",
+      "Expand", "Concat", "Shape", "Size", "Range", "Constant", "ConstantOfShape",
+      // heavier: normalisation, GEMMs, softmax
+      "LayerNormalization", "MatMul", "Gemm", "Softmax", "LogSoftmax"};
+  static const std::set<std::string> ours = {"BiasGelu", "FusedElementwise", "SkipLayerNorm",
+                                             "FusedMatMul", "Attention"};
+  if (n.domain.empty() || n.domain == "ai.onnx") return onnx.count(n.op_type) > 0;
+  return n.domain == kOurDomain && ours.count(n.op_type) > 0;
+}
+
+// Symbols of a byte formula, opaque atoms ("(s1*s2)//s3") included: every identifier in them.
+std::set<std::string> identifiers(const SymExpr& e) {
+  std::set<std::string> out;
+  for (const std::string& atom : e.atoms())
+    for (size_t i = 0; i < atom.size();) {
+      if (!std::isalpha(static_cast<unsigned char>(atom[i])) && atom[i] != '_') { ++i; continue; }
+      size_t j = i;
+      while (j < atom.size() && (std::isalnum(static_cast<unsigned char>(atom[j])) || atom[j] == '_')) ++j;
+      out.insert(atom.substr(i, j - i));
+      i = j;
+    }
+  return out;
+}
+
+// e with every symbol bound to n (nullopt when it cannot be evaluated).
+std::optional<int64_t> at_uniform(const SymExpr& e, int64_t n) {
+  std::map<std::string, int64_t> env;
+  for (const std::string& s : identifiers(e)) env[s] = n;
+  return e.evaluate(env);
+}
+
+// What the analysis knows about the training graph.
+struct Facts {
+  const Graph& g;
+  size_t num_forward;
+  GraphIndex idx;
+  std::vector<char> saved;     // plan_training's saved set
+  std::vector<char> cheap;     // kept at no activation cost: inputs, constants, outputs, shapes
+  std::vector<char> boundary;  // residual-stream values (see find_boundaries)
+
+  explicit Facts(const TrainingGraph& tg)
+      : g(tg.graph), num_forward(tg.num_forward_nodes), idx(tg.graph),
+        saved(g.num_values(), 0), cheap(g.num_values(), 0), boundary(g.num_values(), 0) {
+    for (ValueId v : plan_training(tg).saved) saved[v] = 1;
+    for (ValueId v : g.inputs) cheap[v] = 1;
+    for (ValueId v : g.outputs) cheap[v] = 1;  // held by the caller through backward anyway
+    for (const auto& [v, data] : g.initializers) cheap[v] = 1;
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      const NodeId p = idx.producer[v];
+      if (p >= 0 && is_onnx(g.nodes[p], "Constant")) cheap[v] = 1;
+      if (is_metadata(v)) cheap[v] = 1;
+    }
+  }
+
+  // A small integer tensor of known size (a shape, an index): its bytes are not worth a clone.
+  bool is_metadata(ValueId v) const {
+    const Value& val = g.value(v);
+    if (is_floating(val.dtype) || !val.shape.rank_known) return false;
+    int64_t n = 1;
+    for (const Dim& d : val.shape.dims) {
+      if (d.value < 0) return false;
+      n *= d.value;
+    }
+    return n <= kMaxMetadataElements;
+  }
+
+  // Backward can read u without a clone, the values in `dropping` being dropped.
+  bool kept(ValueId u, const std::vector<ValueId>& dropping) const {
+    if (u == kNoValue || cheap[u]) return true;
+    return saved[u] && std::find(dropping.begin(), dropping.end(), u) == dropping.end();
+  }
+};
+
+// The residual stream (layer boundaries). A residual add is an Add whose sum a layer norm reads
+// (LayerNormalization input 0, or a SkipLayerNorm input), or a SkipLayerNorm (it normalises its
+// own sum): every transformer block ends in one, pre-LN and post-LN alike. Its sum (SkipLayerNorm:
+// output 3 when present) is a boundary, and so is a summand that other nodes read too — the stream
+// forking into the block's branch and the skip connection. Adds inside a block (a GELU's x + c·x³,
+// the attention mask) feed no layer norm; biases are read once.
+void find_boundaries(Facts& f) {
+  const Graph& g = f.g;
+  const auto forward_readers = [&](ValueId v) {  // of its data: a Shape reads no stream
+    std::vector<NodeId> out;
+    for (NodeId c : f.idx.consumers[v])
+      if (static_cast<size_t>(c) < f.num_forward && !is_onnx(g.nodes[c], "Shape") && !is_onnx(g.nodes[c], "Size"))
+        out.push_back(c);
+    return out;
+  };
+  const auto normalised = [&](ValueId v) {
+    for (NodeId c : forward_readers(v)) {
+      const Node& n = g.nodes[c];
+      if (is_onnx(n, "LayerNormalization") && n.inputs[0] == v) return true;
+      if (is_ours(n, "SkipLayerNorm") && (n.inputs[0] == v || n.inputs[1] == v)) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < f.num_forward; ++i) {
+    const Node& n = g.nodes[i];
+    const bool sln = is_ours(n, "SkipLayerNorm") && n.inputs.size() >= 2;
+    if (!sln && !(is_onnx(n, "Add") && n.inputs.size() == 2 && normalised(n.outputs[0]))) continue;
+    const ValueId sum = sln ? (n.outputs.size() > 3 ? n.outputs[3] : kNoValue) : n.outputs[0];
+    if (sum != kNoValue) f.boundary[sum] = 1;
+    for (size_t k = 0; k < 2; ++k) {
+      const ValueId s = n.inputs[k];
+      if (s != kNoValue && !g.initializers.count(s) && forward_readers(s).size() > 1) f.boundary[s] = 1;
+    }
+  }
+}
+
+// A subgraph grown backward from a root node: every value it reads is kept, produced inside it,
+// or on the frontier: not kept, and its producer not recomputable, over the node limit, or an
+// integer/bool value. Those are masks and indices — often built once from the inputs by a long
+// chain and read by every layer, and 1 to 8 bytes per element: a compromise keeps them instead.
+struct Walk {
+  std::vector<NodeId> nodes;      // forward order, the root last
+  std::vector<ValueId> frontier;  // what it would have to keep besides (strategy 2)
+};
+
+Walk walk_from(const Facts& f, NodeId root, const std::vector<ValueId>& dropping, size_t max_nodes) {
+  std::set<NodeId> in{root};
+  std::priority_queue<NodeId> todo;  // latest node first: its inputs are all produced earlier
+  todo.push(root);
+  Walk w;
+  while (!todo.empty()) {
+    const NodeId n = todo.top();
+    todo.pop();
+    for (ValueId u : f.g.nodes[n].inputs) {
+      if (f.kept(u, dropping)) continue;
+      const NodeId p = f.idx.producer[u];
+      if (in.count(p)) continue;
+      if (recomputable(f.g.nodes[p]) && is_floating(f.g.value(u).dtype) && in.size() < max_nodes) {
+        in.insert(p);
+        todo.push(p);
+      } else if (std::find(w.frontier.begin(), w.frontier.end(), u) == w.frontier.end()) {
+        w.frontier.push_back(u);
+      }
+    }
+  }
+  w.nodes.assign(in.begin(), in.end());
+  return w;
+}
+
+std::optional<SymExpr> total_bytes(const Graph& g, const std::vector<ValueId>& vs) {
+  SymExpr sum = SymExpr::constant(0);
+  for (ValueId v : vs) {
+    SymExpr b;
+    if (!value_bytes(g, v, &b)) return std::nullopt;
+    sum = sum + b;
+  }
+  return sum;
+}
+
+// A compromise is worth offering when it provably saves at least half of what it drops — checked
+// with every symbol at 1, 16 and 1024 (a [B, T, T] mask kept for a [B, T, C] activation fails at
+// long sequences). Smaller savings (a LayerNorm's statistics) are not worth the recompute.
+bool worth_it(const SymExpr& dropped, const SymExpr& saving) {
+  for (int64_t n : {1, 16, 1024}) {
+    const auto d = at_uniform(dropped, n), s = at_uniform(saving, n);
+    if (!d || !s || *s <= 0 || 2 * *s < *d) return false;
+  }
+  return true;
+}
+
+// The cluster id: op types in a topological order that does not depend on where nodes shared by
+// several layers (an attention mask) sit in the forward — farthest from the root first, ties by op
+// type — so that every layer's occurrence gets the same id.
+std::string cluster_of(const Graph& g, const GraphIndex& idx, const std::vector<NodeId>& nodes) {
+  std::map<NodeId, int> depth;  // longest path to the root
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+    for (ValueId u : g.nodes[*it].inputs)
+      if (u != kNoValue && std::binary_search(nodes.begin(), nodes.end(), idx.producer[u]))
+        depth[idx.producer[u]] = std::max(depth[idx.producer[u]], depth[*it] + 1);
+  std::vector<std::pair<int, std::string>> order;
+  for (NodeId n : nodes) order.emplace_back(-depth[n], g.nodes[n].op_type);
+  std::sort(order.begin(), order.end());
+  std::string id;
+  for (const auto& [d, op] : order) id += op + "+";
+  return id;
+}
+
+// Layer of the node at `pos`: k when boundary position k <= pos < boundary position k + 1 (a node
+// that writes a boundary — a SkipLayerNorm's sum — starts the next layer with its other outputs).
+int layer_at(const std::vector<int64_t>& boundary_pos, int64_t pos) {
+  auto it = std::upper_bound(boundary_pos.begin(), boundary_pos.end(), pos);
+  if (it == boundary_pos.begin() || it == boundary_pos.end()) return -1;
+  return static_cast<int>(it - boundary_pos.begin()) - 1;
+}
+
+}  // namespace
+
+int64_t RecomputeOpportunity::enabled_count() const {
+  return std::count_if(occurrences.begin(), occurrences.end(),
+                       [](const RecomputeOccurrence& o) { return o.enabled; });
+}
+
+RecomputeResult analyze_recompute(const TrainingGraph& tg) {
+  Facts f(tg);
+  const Graph& g = f.g;
+  find_boundaries(f);
+  RecomputeResult r;
+  std::vector<int64_t> boundary_pos;
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (f.boundary[v]) {
+      r.layer_boundaries.push_back(v);
+      boundary_pos.push_back(f.idx.producer[v]);  // -1: a graph input starts the stream
+    }
+  std::sort(boundary_pos.begin(), boundary_pos.end());
+  boundary_pos.erase(std::unique(boundary_pos.begin(), boundary_pos.end()), boundary_pos.end());
+  r.num_layers = std::max(0, static_cast<int>(boundary_pos.size()) - 1);
+
+  std::vector<char> input_grad(g.num_values(), 0);
+  for (ValueId v : tg.input_grads)
+    if (v != kNoValue) input_grad[v] = 1;
+  std::map<std::pair<std::string, int>, size_t> by_cluster;  // (cluster, strategy) -> opportunity
+  const auto add = [&](const Walk& w, int strategy, std::vector<ValueId> dropping, const SymExpr& saving,
+                       int layer) {
+    const std::string id = cluster_of(g, f.idx, w.nodes);
+    auto [it, fresh] = by_cluster.emplace(std::make_pair(id, strategy), r.opportunities.size());
+    if (fresh) r.opportunities.push_back(RecomputeOpportunity{id, strategy, {}, saving});
+    RecomputeOccurrence occ;
+    occ.activation = dropping.front();
+    occ.more_activations.assign(dropping.begin() + 1, dropping.end());
+    occ.subgraph = w.nodes;
+    occ.new_saved = w.frontier;
+    occ.layer = layer;
+    r.opportunities[it->second].occurrences.push_back(std::move(occ));
+  };
+
+  for (size_t i = 0; i < f.num_forward; ++i) {
+    const NodeId root = static_cast<NodeId>(i);
+    if (!recomputable(g.nodes[root])) continue;
+    std::vector<ValueId> dropping;  // the root's saved outputs that are activations
+    for (ValueId v : g.nodes[root].outputs)
+      if (v != kNoValue && f.saved[v] && !f.cheap[v] && !f.boundary[v] && !input_grad[v]) dropping.push_back(v);
+    const std::optional<SymExpr> dropped = total_bytes(g, dropping);
+    if (dropping.empty() || !dropped) continue;
+    const int layer = layer_at(boundary_pos, root);
+
+    const Walk full = walk_from(f, root, dropping, kMaxSubgraphNodes);
+    if (full.frontier.empty()) add(full, 1, dropping, *dropped, layer);
+    // The compromise, cheapest recompute first: the root alone, keeping its inputs (v = Cast(u:
+    // fp16 -> fp32) keeps u), else the full walk keeping what it had to stop at.
+    std::vector<Walk> compromises;
+    if (full.nodes.size() > 1) compromises.push_back(walk_from(f, root, dropping, 1));
+    if (!full.frontier.empty()) compromises.push_back(full);
+    for (const Walk& w : compromises) {
+      const std::optional<SymExpr> kept = total_bytes(g, w.frontier);
+      if (w.frontier.empty() || !kept || !worth_it(*dropped, *dropped - *kept)) continue;
+      add(w, 2, dropping, *dropped - *kept, layer);
+      break;
+    }
+  }
+
+  // Largest total saving first (every symbol at 1024), then by cluster id for a stable order.
+  const auto total = [](const RecomputeOpportunity& o) {
+    return at_uniform(o.bytes_saved_each, 1024).value_or(0) * static_cast<int64_t>(o.occurrences.size());
+  };
+  std::stable_sort(r.opportunities.begin(), r.opportunities.end(),
+                   [&](const RecomputeOpportunity& a, const RecomputeOpportunity& b) {
+                     const int64_t ta = total(a), tb = total(b);
+                     if (ta != tb) return ta > tb;
+                     return std::tie(a.cluster, a.strategy) < std::tie(b.cluster, b.strategy);
+                   });
+  return r;
+}
+
+namespace {
+
+std::string valid_ids(const RecomputeResult& r) {
+  if (r.opportunities.empty()) return "none";
+  std::string s;
+  for (const RecomputeOpportunity& o : r.opportunities)
+    s += (s.empty() ? "" : ", ") + o.cluster + " (strategy " + std::to_string(o.strategy) + ", " +
+         std::to_string(o.occurrences.size()) + " occurrences)";
+  return s;
+}
+
+// Marks the occurrences `level` and `requests` turn on (see recompute.h).
+void select(RecomputeResult& r, int level, const std::vector<RecomputeRequest>& requests) {
+  const std::string where = "ORTMODULE_MEMORY_OPT_CONFIG: ";
+  if (level < 0 || level > 2)
+    throw std::invalid_argument("ORTMODULE_MEMORY_OPT_LEVEL must be 0, 1 or 2, got " + std::to_string(level));
+  for (const RecomputeRequest& q : requests) {
+    if (q.strategy < 0 || q.strategy > 2)
+      throw std::invalid_argument(where + "strategy of cluster '" + q.cluster + "' must be 0 (off), 1 (recompute) "
+                                  "or 2 (recompute with compromise), got " + std::to_string(q.strategy));
+    if (q.count < -1)
+      throw std::invalid_argument(where + "count of cluster '" + q.cluster + "' must be -1 (all) or >= 0, got " +
+                                  std::to_string(q.count));
+    const auto named = [&](const RecomputeOpportunity& o) {
+      return o.cluster == q.cluster && (q.strategy == 0 || o.strategy == q.strategy);
+    };
+    if (std::none_of(r.opportunities.begin(), r.opportunities.end(), named))
+      throw std::invalid_argument(where + "no recompute cluster '" + q.cluster + "'" +
+                                  (q.strategy ? " with strategy " + std::to_string(q.strategy) : "") +
+                                  " in this model; valid cluster ids: " + valid_ids(r));
+  }
+  for (RecomputeOpportunity& o : r.opportunities)
+    for (RecomputeOccurrence& occ : o.occurrences) occ.enabled = o.strategy <= level && occ.layer >= 0;
+  // A request decides its cluster alone: off first, then its first `count` occurrences on.
+  for (const RecomputeRequest& q : requests)
+    for (RecomputeOpportunity& o : r.opportunities)
+      if (o.cluster == q.cluster)
+        for (RecomputeOccurrence& occ : o.occurrences) occ.enabled = false;
+  for (const RecomputeRequest& q : requests)
+    for (RecomputeOpportunity& o : r.opportunities)
+      if (o.cluster == q.cluster && o.strategy == q.strategy)
+        for (size_t k = 0; k < o.occurrences.size(); ++k)
+          o.occurrences[k].enabled |= q.count < 0 || static_cast<int64_t>(k) < q.count;
+  // One plan per activation: recomputing it in full wins over the compromise.
+  std::set<ValueId> full;
+  for (const RecomputeOpportunity& o : r.opportunities)
+    for (const RecomputeOccurrence& occ : o.occurrences)
+      if (occ.enabled && o.strategy == 1) full.insert(occ.activation);
+  for (RecomputeOpportunity& o : r.opportunities)
+    for (RecomputeOccurrence& occ : o.occurrences)
+      if (o.strategy == 2 && full.count(occ.activation)) occ.enabled = false;
+}
+
+// Rebuilds the backward half with the clones: walking backward nodes in order, the first reader
+// of a dropped activation gets the clones of its subgraph placed just before it. A clone reads
+// the clone of a value produced inside its subgraph or dropped by another enabled occurrence
+// (recomputation chains within a layer), and the forward value otherwise (kept by the planner).
+class Rewriter {
+ public:
+  Rewriter(TrainingGraph& tg, const RecomputeResult& r) : tg_(tg), g_(tg.graph), idx_(tg.graph) {
+    for (const RecomputeOpportunity& o : r.opportunities)
+      for (const RecomputeOccurrence& occ : o.occurrences) {
+        if (!occ.enabled) continue;
+        dropped_[occ.activation] = &occ;
+        for (ValueId v : occ.more_activations) dropped_[v] = &occ;
+      }
+  }
+
+  int64_t run() {
+    if (dropped_.empty()) return 0;
+    const size_t nf = tg_.num_forward_nodes;
+    std::vector<Node> backward(g_.nodes.begin() + static_cast<std::ptrdiff_t>(nf), g_.nodes.end());
+    for (Node& n : backward) {
+      for (ValueId& v : n.inputs)
+        if (v != kNoValue && dropped_.count(v)) v = materialize(v);
+      out_.push_back(std::move(n));
+    }
+    const int64_t cloned = static_cast<int64_t>(out_.size() - backward.size());
+    g_.nodes.resize(nf);
+    for (Node& n : out_) g_.nodes.push_back(std::move(n));
+    return cloned;
+  }
+
+ private:
+  ValueId materialize(ValueId v) {
+    if (auto it = clone_of_.find(v); it != clone_of_.end()) return it->second;
+    const RecomputeOccurrence& occ = *dropped_.at(v);
+    const std::set<NodeId> inside(occ.subgraph.begin(), occ.subgraph.end());
+    for (NodeId n : occ.subgraph) clone(n, inside);
+    return clone_of_.at(v);
+  }
+
+  void clone(NodeId n, const std::set<NodeId>& inside) {
+    if (!cloned_.insert(n).second) return;
+    Node c = g_.nodes[n];
+    for (ValueId& u : c.inputs) {
+      if (u == kNoValue) continue;
+      if (inside.count(idx_.producer[u])) u = clone_of_.at(u);  // cloned earlier: forward order
+      else if (dropped_.count(u)) u = materialize(u);
+    }
+    c.name = g_.unique_node_name(g_.nodes[n].name + "/recompute");
+    c.in_backward = true;
+    for (ValueId& o : c.outputs) {
+      if (o == kNoValue) continue;
+      const Value& val = g_.value(o);
+      const ValueId copy = g_.new_value(val.name + "/recompute", val.dtype, val.shape);
+      clone_of_[o] = copy;
+      o = copy;
+    }
+    out_.push_back(std::move(c));
+  }
+
+  TrainingGraph& tg_;
+  Graph& g_;
+  const GraphIndex idx_;  // of the graph before the rewrite (forward nodes keep their ids)
+  std::map<ValueId, const RecomputeOccurrence*> dropped_;  // enabled activation -> its plan
+  std::unordered_map<ValueId, ValueId> clone_of_;           // forward value -> recomputed value
+  std::set<NodeId> cloned_;                                 // forward nodes cloned so far
+  std::vector<Node> out_;                                   // the new backward half
+};
+
+}  // namespace
+
+RecomputeResult apply_recompute(TrainingGraph& tg, int level, const std::vector<RecomputeRequest>& requests) {
+  RecomputeResult r = analyze_recompute(tg);
+  select(r, level, requests);
+  r.nodes_cloned = Rewriter(tg, r).run();
+  return r;
+}
+
+}  // namespace torch_ort
