@@ -75,10 +75,12 @@ struct Facts {
   std::vector<char> saved;     // plan_training's saved set
   std::vector<char> cheap;     // kept at no activation cost: inputs, constants, outputs, shapes
   std::vector<char> boundary;  // residual-stream values (see find_boundaries)
+  std::vector<ValueLayout> layout;  // which buffer each value lives in (views share one)
 
   explicit Facts(const TrainingGraph& tg)
       : g(tg.graph), num_forward(tg.num_forward_nodes), idx(tg.graph),
-        saved(g.num_values(), 0), cheap(g.num_values(), 0), boundary(g.num_values(), 0) {
+        saved(g.num_values(), 0), cheap(g.num_values(), 0), boundary(g.num_values(), 0),
+        layout(value_layouts(tg.graph)) {
     for (ValueId v : plan_training(tg).saved) saved[v] = 1;
     for (ValueId v : g.inputs) cheap[v] = 1;
     for (ValueId v : g.outputs) cheap[v] = 1;  // held by the caller through backward anyway
@@ -106,6 +108,12 @@ struct Facts {
   bool kept(ValueId u, const std::vector<ValueId>& dropping) const {
     if (u == kNoValue || cheap[u]) return true;
     return saved[u] && std::find(dropping.begin(), dropping.end(), u) == dropping.end();
+  }
+
+  // A view of a buffer that stays kept anyway: dropping it frees nothing.
+  bool views_kept(ValueId v) const {
+    const ValueId base = layout[v].base;
+    return base != v && base != kNoValue && kept(base, {});
   }
 };
 
@@ -269,7 +277,8 @@ RecomputeResult analyze_recompute(const TrainingGraph& tg) {
     if (!recomputable(g.nodes[root])) continue;
     std::vector<ValueId> dropping;  // the root's saved outputs that are activations
     for (ValueId v : g.nodes[root].outputs)
-      if (v != kNoValue && f.saved[v] && !f.cheap[v] && !f.boundary[v] && !input_grad[v]) dropping.push_back(v);
+      if (v != kNoValue && f.saved[v] && !f.cheap[v] && !f.boundary[v] && !input_grad[v] && !f.views_kept(v))
+        dropping.push_back(v);
     const std::optional<SymExpr> dropped = total_bytes(g, dropping);
     if (dropping.empty() || !dropped) continue;
     const int layer = layer_at(boundary_pos, root);

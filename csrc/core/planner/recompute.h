@@ -8,7 +8,8 @@
 // activation first, ties by op type — the same in every layer). A cluster has one occurrence
 // per forward node whose saved outputs it recomputes (typically one per transformer layer).
 // Candidates: saved outputs of forward nodes, except graph outputs (the caller holds them
-// anyway), returned gradients, layer boundaries and small integer tensors (shapes). Subgraphs
+// anyway), returned gradients, layer boundaries, small integer tensors (shapes) and views of
+// buffers that stay kept (memory.h's value_layouts: dropping them frees nothing). Subgraphs
 // hold at most 15 nodes of deterministic ops (recompute.cc lists them); random ops (Dropout,
 // BiasDropout) are never cloned, so their outputs and masks stay saved.
 //   strategy 1 (recompute): the subgraph's inputs are values backward keeps anyway (saved values
