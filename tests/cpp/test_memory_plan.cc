@@ -117,6 +117,43 @@ TEST(MemoryTimeline, ViewsAreCountedOnceAndKeepTheirBaseAlive) {
   EXPECT_EQ(t.saved.to_string(), "0");
 }
 
+// at::reshape views whenever the strides allow it: attention's q/k/v path.
+TEST(MemoryLayout, ReshapeViewsWhereATenStridesAllowIt) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,seq,96]");
+  const ValueId qkv = b.op("Relu", {x});
+  const auto parts = b.node("Split", {qkv}, A({{"axis", int64_t{2}}}), 3);
+  const ValueId q = b.op("Reshape", {parts[0], b.ints({0, 0, 4, 8})});  // [B,T,H,D]
+  const ValueId qt = b.op("Transpose", {q}, A({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  const ValueId y = b.op("Relu", {qt});
+  const ValueId yt = b.op("Transpose", {y}, A({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  const ValueId merged = b.op("Reshape", {yt, b.ints({0, 0, 32})});
+  const ValueId back = b.op("Reshape", {q, b.ints({0, 0, 32})});
+  const ValueId rows = b.op("Slice", {qkv, b.ints({1}), b.ints({3}), b.ints({0})});
+  const ValueId flat = b.op("Flatten", {rows}, A({{"axis", int64_t{1}}}));
+  const ValueId cols = b.op("Slice", {qkv, b.ints({1}), b.ints({3}), b.ints({-1})});
+  const ValueId cflat = b.op("Flatten", {cols}, A({{"axis", int64_t{1}}}));
+  infer_shapes(b.g);
+  ASSERT_EQ(b.shape(q), "[batch,seq,4,8]");
+  ASSERT_EQ(b.shape(merged), "[batch,seq,32]");
+  const auto l = value_layouts(b.g);
+  EXPECT_EQ(l[parts[0]].base, qkv);
+  EXPECT_FALSE(l[parts[0]].contiguous);
+  EXPECT_EQ(l[q].base, qkv) << "splitting the last dim of a Split piece is a view";
+  EXPECT_FALSE(l[q].contiguous);
+  EXPECT_EQ(l[back].base, qkv) << "and merging it back too";
+  EXPECT_EQ(l[qt].base, qkv);
+  EXPECT_EQ(l[merged].base, merged) << "merging H and D after a transpose copies";
+  EXPECT_TRUE(l[merged].contiguous);
+  EXPECT_EQ(l[rows].base, qkv);
+  EXPECT_TRUE(l[rows].contiguous) << "rows of a contiguous value";
+  EXPECT_FALSE(l[rows].whole);
+  EXPECT_EQ(l[flat].base, qkv);
+  EXPECT_EQ(l[cols].base, qkv);
+  EXPECT_FALSE(l[cols].contiguous);
+  EXPECT_EQ(l[cflat].base, cflat) << "flattening a column slice copies";
+}
+
 TEST(MemoryTimeline, SavedViewOfASavedValueIsOneBuffer) {
   // r = Tanh(x); v = Reshape(r); loss = ReduceSum(v · w): backward keeps r (TanhGrad) and its
   // view v (dw = dm · v): one [batch,6] buffer.

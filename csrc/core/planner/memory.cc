@@ -65,9 +65,10 @@ Buffers buffers_of(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
     for (ValueId v : tg->grad_of_outputs)
       if (v != kNoValue) b.counted[v] = 0;
   b.bytes.resize(g.num_values());
-  for (ValueId v = 0; v < g.num_values(); ++v)
-    if (b.base[v] == v && b.counted[v] && !value_bytes(g, v, &b.bytes[v]))
-      b.unknown.push_back(g.value(v).name);
+  for (const Node& n : g.nodes)  // (values no node produces any more are dead: never held)
+    for (ValueId v : n.outputs)
+      if (v != kNoValue && b.base[v] == v && b.counted[v] && !value_bytes(g, v, &b.bytes[v]))
+        b.unknown.push_back(g.value(v).name);
   return b;
 }
 

@@ -21,7 +21,7 @@
 
 namespace torch_ort {
 
-// --- Views: which buffer each value lives in (memory_layout.cc).
+// --- Views: which buffer each value lives in (memory_layout.cc, with the approximations).
 //
 // How a value lies in memory as our kernels produce it. A value that allocates is its own base;
 // a view (Reshape of a contiguous value, Transpose, Slice, Expand, Identity, ...) has the base of
@@ -30,6 +30,7 @@ struct ValueLayout {
   ValueId base = kNoValue;  // the value owning the buffer this one lives in (itself: it allocates)
   bool contiguous = true;   // row-major strides (at::Tensor::is_contiguous)
   bool whole = true;        // from offset 0 over all of base's elements (in-place reuse needs it)
+  std::optional<std::vector<SymExpr>> strides;  // in elements, when provable (decides Reshape)
   bool constant = false;    // an initializer or a Constant node's output: bound by the engine
   const TensorData* data = nullptr;  // its values, when an initializer or a Constant's tensor
 };
@@ -39,8 +40,9 @@ struct ValueLayout {
 struct AliasRule {
   int input = 0;            // index into the node's inputs (or outputs, when of_output)
   bool of_output = false;   // ATenOp/PythonOp: the recorded result shares the detached one's buffer
-  bool contiguous = true;   // the view's layout
+  bool contiguous = true;   // the view's layout (contiguous is recomputed from strides if known)
   bool whole = true;
+  std::optional<std::vector<SymExpr>> strides;
 };
 // The alias rule of node `n`'s output `output`, given the layouts of its inputs (and of the
 // outputs before `output`); nullopt when that output is a new buffer. One line per op in
@@ -50,7 +52,7 @@ std::optional<AliasRule> alias_rule(const Graph& g, const Node& n, int output,
 // The layout of every value of `g`, nodes in order (in-place reuse is not applied here).
 std::vector<ValueLayout> value_layouts(const Graph& g);
 
-// --- In-place reuse.
+// --- In-place reuse (memory_inplace.cc).
 //
 // In-place candidates: inputs of node `n` whose buffer its output 0 could take over (same dtype,
 // provably the output's shape, a floating output, and an op whose kernel can write over that

@@ -1,22 +1,23 @@
-// Views and in-place reuse: which buffer each value lives in, as our runtime kernels lay it out,
-// and which steps may write their output over a dying input (see memory.h).
+// Views: which buffer each value lives in, as our runtime kernels lay it out (see memory.h).
 //
 // The alias table follows csrc/runtime/kernels: shape_ops.cc (Reshape/Flatten via at::reshape,
 // Transpose via permute, Squeeze/Unsqueeze/Expand), slice.cc (Slice, Split, ConcatGrad narrow),
 // elementwise.cc (Identity, Cast to its own dtype, Dropout in inference, single-operand Sum),
 // grad_ops.cc, reduce.cc, compare.cc, fused_dropout.cc and aten_fallback.cc (detached leaves).
-// Approximations, each on the side of "new buffer" unless stated:
-//   - at::reshape views a contiguous input and copies any other; in ATen a non-contiguous input
-//     whose strides still fit the new shape is viewed too (we count a copy).
-//   - contiguity: outputs of non-view kernels are contiguous and own their whole buffer; Slice,
-//     Split and ConcatGrad views are contiguous only when they cut axis 0 with step 1, and never
-//     cover their whole buffer; Transpose is contiguous when it moves only size-1 dims.
-//   - conditional pass-throughs (Dropout in inference, SumToShape of an equal shape) are decided
-//     from constants and provable shapes; when unknown, a new buffer is assumed.
+//
+// Views carry symbolic strides, so that a Reshape is decided as at::reshape decides it: a view
+// when the strides allow one (ATen's computeStride, with provable equality of products), else a
+// copy — a Split piece along the last axis reshaped to [B, T, H, D] is a view, a transposed
+// [B, T, H, D] reshaped to [B, T, C] is a copy. Approximations, each on the side of "copy":
+//   - a product that is not provably equal (unknown dims, a symbol that is 1 at run time)
+//     ends a chunk; strides are unknown past an op without a stride rule.
+//   - graph inputs are taken as contiguous (a caller's transposed tensor would make Reshape copy).
+//   - Slice/Split/ConcatGrad views never cover their whole buffer (in-place reuse skips them).
+//   - pass-throughs decided at run time (Dropout's training_mode or ratio not constant) are
+//     taken as new buffers; Sum passes an operand through when the others are absent output
+//     gradients (autograd's None, per call): not modelled.
 //   - a kernel returning a view of its own larger scratch (Conv's crop, attention's narrowed
 //     statistics) is counted at the value's bytes, not the scratch's.
-//   - Sum passes an operand through when the other ones are absent output gradients (a None from
-//     autograd): decided per call, not modelled.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -28,8 +29,73 @@ namespace torch_ort {
 namespace {
 
 using Layouts = std::vector<ValueLayout>;
+using Sizes = std::vector<SymExpr>;
 using Rule = std::function<std::optional<AliasRule>(const Graph&, const Node&, int, const Layouts&)>;
 
+// --- Symbolic sizes and strides (elements).
+bool eq(const SymExpr& a, const SymExpr& b) { return a.terms == b.terms; }
+bool is_one(const SymExpr& e) { return e.is_constant() && e.constant_value() == 1; }
+
+std::optional<Sizes> sizes_of(const Graph& g, ValueId v) {
+  const Shape& s = g.value(v).shape;
+  if (!s.rank_known) return std::nullopt;
+  Sizes out;
+  for (const Dim& d : s.dims) {
+    auto e = SymExpr::of(d);
+    if (!e) return std::nullopt;
+    out.push_back(*e);
+  }
+  return out;
+}
+Sizes row_major(const Sizes& sizes) {
+  Sizes st(sizes.size());
+  SymExpr acc = SymExpr::constant(1);
+  for (size_t k = sizes.size(); k-- > 0;) {
+    st[k] = acc;
+    acc = acc * sizes[k];
+  }
+  return st;
+}
+// at::Tensor::is_contiguous: size-1 dims may have any stride.
+bool is_row_major(const Sizes& strides, const Sizes& sizes) {
+  SymExpr expected = SymExpr::constant(1);
+  for (size_t k = sizes.size(); k-- > 0;) {
+    if (is_one(sizes[k])) continue;
+    if (!eq(strides[k], expected)) return false;
+    expected = expected * sizes[k];
+  }
+  return true;
+}
+// ATen's computeStride: the strides of a view with `shape` over (old_sizes, old_strides), or
+// nullopt when at::reshape would copy (or equality is not provable).
+std::optional<Sizes> view_strides(const Sizes& old_sizes, const Sizes& old_strides,
+                                  const Sizes& shape) {
+  if (old_sizes.empty()) return row_major(shape);
+  Sizes out(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  SymExpr chunk_base = old_strides.back();
+  SymExpr tensor_numel = SymExpr::constant(1), view_numel = SymExpr::constant(1);
+  for (int64_t d = static_cast<int64_t>(old_sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel = tensor_numel * old_sizes[d];
+    if (d > 0 && (is_one(old_sizes[d - 1]) ||
+                  eq(old_strides[d - 1], tensor_numel * chunk_base)))
+      continue;  // the chunk goes on
+    while (view_d >= 0 && (!eq(view_numel, tensor_numel) || is_one(shape[view_d]))) {
+      out[view_d] = view_numel * chunk_base;
+      view_numel = view_numel * shape[view_d];
+      --view_d;
+    }
+    if (!eq(view_numel, tensor_numel)) return std::nullopt;
+    if (d > 0) {
+      chunk_base = old_strides[d - 1];
+      tensor_numel = view_numel = SymExpr::constant(1);
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+// --- Constants the rules read.
 bool has(const Node& n, int i) {
   return i >= 0 && i < static_cast<int>(n.inputs.size()) && n.inputs[i] != kNoValue;
 }
@@ -46,87 +112,169 @@ bool constant_is(const Node& n, int i, const Layouts& l, double v) {
   auto d = constant_values(n, i, l);
   return d && d->size() == 1 && (*d)[0] == v;
 }
+// Axes from input `i` (constant) or attribute "axes", made non-negative for `rank`.
+std::optional<std::vector<int64_t>> axes_of(const Node& n, int i, const Layouts& l, int64_t rank) {
+  std::vector<int64_t> axes;
+  if (has(n, i)) {
+    auto a = constant_values(n, i, l);
+    if (!a) return std::nullopt;
+    for (double x : *a) axes.push_back(static_cast<int64_t>(x));
+  } else {
+    axes = n.attrs.get_ints("axes", {});
+  }
+  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+  return axes;
+}
 // Dropout's kernels pass X (or dY) through when training_mode is absent or false, or ratio is 0.
 bool dropout_passes_through(const Node& n, int ratio, int training, const Layouts& l) {
   return !has(n, training) || constant_is(n, training, l, 0.0) || constant_is(n, ratio, l, 0.0);
 }
 
+// --- The rules.
 // The view keeps the layout of input `i`.
 AliasRule same_layout(const Node& n, int i, const Layouts& l) {
   const ValueLayout& in = l[n.inputs[i]];
-  return AliasRule{i, false, in.contiguous, in.whole};
+  return AliasRule{i, false, in.contiguous, in.whole, in.strides};
 }
 bool same_shape(const Graph& g, ValueId a, ValueId b) {
   return g.value(a).shape.same_as(g.value(b).shape);
 }
-// at::reshape: a view of a contiguous input, a copy of any other.
-std::optional<AliasRule> reshape(const Graph&, const Node& n, int, const Layouts& l) {
-  if (!l[n.inputs[0]].contiguous) return std::nullopt;
-  return same_layout(n, 0, l);
-}
 std::optional<AliasRule> view_of_input0(const Graph&, const Node& n, int, const Layouts& l) {
   return same_layout(n, 0, l);
 }
-// permute: contiguous when the dims it moves (leaving size-1 dims aside) keep their order.
+// at::reshape (Reshape, Flatten): a view when the input's strides allow one, else a copy.
+std::optional<AliasRule> reshape(const Graph& g, const Node& n, int out, const Layouts& l) {
+  const ValueLayout& in = l[n.inputs[0]];
+  AliasRule r = same_layout(n, 0, l);
+  const auto shape = sizes_of(g, n.outputs[out]);
+  if (in.contiguous) {
+    r.strides = shape ? std::optional<Sizes>(row_major(*shape)) : std::nullopt;
+    return r;
+  }
+  const auto old_sizes = sizes_of(g, n.inputs[0]);
+  if (!shape || !old_sizes || !in.strides) return std::nullopt;
+  r.strides = view_strides(*old_sizes, *in.strides, *shape);
+  if (!r.strides) return std::nullopt;
+  return r;
+}
+// permute.
 std::optional<AliasRule> transpose(const Graph& g, const Node& n, int, const Layouts& l) {
   AliasRule r = same_layout(n, 0, l);
-  const Shape& s = g.value(n.inputs[0]).shape;
+  const int64_t rank = g.value(n.inputs[0]).shape.rank();
   std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
   if (perm.empty())
-    for (int64_t d = s.rank() - 1; d >= 0; --d) perm.push_back(d);  // default: reverse
-  if (perm.empty() && s.rank() != 0) r.contiguous = false;          // unknown rank
-  int64_t last = -1;
-  for (int64_t d : perm) {
-    if (s.rank_known && d >= 0 && d < s.rank() && s.dims[d].is_known() && s.dims[d].value == 1)
-      continue;
-    if (d < last) r.contiguous = false;
-    last = d;
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);  // default: reverse
+  if (!r.strides || static_cast<int64_t>(perm.size()) != rank) {
+    r.contiguous = false;
+    r.strides.reset();
+    return r;
   }
+  Sizes st;
+  for (int64_t d : perm) st.push_back((*r.strides)[d]);
+  r.strides = st;
   return r;
 }
-// Expand: stride 0 along broadcast dims; the input's own layout when nothing is broadcast.
+// Expand: stride 0 along broadcast dims (and new leading ones).
 std::optional<AliasRule> expand(const Graph& g, const Node& n, int out, const Layouts& l) {
   AliasRule r = same_layout(n, 0, l);
-  if (!same_shape(g, n.inputs[0], n.outputs[out])) r.contiguous = r.whole = false;
+  if (same_shape(g, n.inputs[0], n.outputs[out])) return r;
+  r.contiguous = r.whole = false;
+  r.strides.reset();
+  const auto in = sizes_of(g, n.inputs[0]), to = sizes_of(g, n.outputs[out]);
+  const ValueLayout& src = l[n.inputs[0]];
+  if (!in || !to || !src.strides || to->size() < in->size()) return r;
+  Sizes st(to->size(), SymExpr::constant(0));
+  for (size_t k = 0; k < in->size(); ++k) {
+    const size_t o = to->size() - in->size() + k;
+    if (eq((*in)[k], (*to)[o])) st[o] = (*src.strides)[k];
+    else if (!is_one((*in)[k])) return r;  // not provably a broadcast
+  }
+  r.strides = st;
   return r;
 }
-// A part cut along `axes` (step 1 unless `steps` say otherwise): contiguous only along axis 0.
-AliasRule part(const Node& n, const std::vector<int64_t>& axes, bool unit_steps, const Layouts& l) {
+// Squeeze / Unsqueeze: drop or insert size-1 dims (strides as ATen gives them).
+std::optional<AliasRule> squeeze(const Graph& g, const Node& n, int out, const Layouts& l) {
+  AliasRule r = same_layout(n, 0, l);
+  const auto in = sizes_of(g, n.inputs[0]);
+  const auto axes = axes_of(n, 1, l, in ? static_cast<int64_t>(in->size()) : 0);
+  r.strides.reset();
+  if (!in || !axes || !l[n.inputs[0]].strides) return r;
+  Sizes st;
+  for (size_t k = 0; k < in->size(); ++k) {
+    const bool dropped = axes->empty() ? is_one((*in)[k])
+                                       : std::count(axes->begin(), axes->end(), k) > 0;
+    if (!dropped) st.push_back((*l[n.inputs[0]].strides)[k]);
+  }
+  if (st.size() == g.value(n.outputs[out]).shape.dims.size()) r.strides = st;
+  return r;
+}
+std::optional<AliasRule> unsqueeze(const Graph& g, const Node& n, int out, const Layouts& l) {
+  AliasRule r = same_layout(n, 0, l);
+  const auto sizes = sizes_of(g, n.inputs[0]);
+  const int64_t rank = g.value(n.outputs[out]).shape.rank();
+  auto axes = axes_of(n, 1, l, rank);
+  r.strides.reset();
+  if (!sizes || !axes || !l[n.inputs[0]].strides) return r;
+  std::sort(axes->begin(), axes->end());
+  Sizes sz = *sizes, st = *l[n.inputs[0]].strides;
+  for (int64_t a : *axes) {  // at::unsqueeze: stride = size·stride of the dim it precedes
+    if (a < 0 || a > static_cast<int64_t>(sz.size())) return r;
+    const SymExpr s = a >= static_cast<int64_t>(sz.size()) ? SymExpr::constant(1) : sz[a] * st[a];
+    sz.insert(sz.begin() + a, SymExpr::constant(1));
+    st.insert(st.begin() + a, s);
+  }
+  r.strides = st;
+  return r;
+}
+// A part cut along `axes` with `steps` (Slice, Split, ConcatGrad; nullopt: axes or steps not
+// constant): never its whole buffer.
+AliasRule part(const Node& n, const std::optional<std::vector<int64_t>>& axes,
+               const std::vector<double>& steps, const Layouts& l) {
   AliasRule r = same_layout(n, 0, l);
   r.whole = false;
-  r.contiguous = r.contiguous && unit_steps && !axes.empty() &&
-                 std::all_of(axes.begin(), axes.end(), [](int64_t a) { return a == 0; });
+  const auto unknown = [&] {
+    r.strides.reset();
+    r.contiguous = false;
+    return r;
+  };
+  if (!axes || !r.strides) return unknown();
+  for (size_t i = 0; i < axes->size(); ++i) {
+    const int64_t a = (*axes)[i];
+    if (a < 0 || a >= static_cast<int64_t>(r.strides->size())) return unknown();
+    if (i < steps.size() && steps[i] != 1)
+      (*r.strides)[a] = (*r.strides)[a] * SymExpr::constant(static_cast<int64_t>(steps[i]));
+  }
   return r;
 }
 // Slice: a view, except a negative step (at::flip copies).
 std::optional<AliasRule> slice(const Graph& g, const Node& n, int, const Layouts& l) {
-  auto steps = constant_values(n, 4, l);
-  if (steps && std::any_of(steps->begin(), steps->end(), [](double s) { return s < 0; }))
-    return std::nullopt;
-  const bool unit = !has(n, 4) || (steps && std::all_of(steps->begin(), steps->end(),
-                                                        [](double s) { return s == 1; }));
-  std::vector<int64_t> axes;
   const int64_t rank = g.value(n.inputs[0]).shape.rank();
-  if (n.attrs.has("starts")) {  // before opset 10: attributes
+  std::vector<int64_t> axes;
+  std::vector<double> steps;
+  if (n.attrs.has("starts")) {  // before opset 10: attributes, step 1
     axes = n.attrs.get_ints("axes", {});
     if (axes.empty())
       for (size_t i = 0; i < n.attrs.get_ints("starts", {}).size(); ++i) axes.push_back(i);
-  } else if (has(n, 3)) {
-    auto a = constant_values(n, 3, l);
-    if (a)
-      for (double x : *a) axes.push_back(static_cast<int64_t>(x));
-  } else if (auto starts = constant_values(n, 1, l)) {
-    for (size_t i = 0; i < starts->size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  } else {
+    auto st = constant_values(n, 4, l);
+    auto starts = constant_values(n, 1, l);
+    auto a = axes_of(n, 3, l, rank);
+    if (has(n, 4) && !st) return part(n, std::nullopt, {}, l);
+    if (st) steps = *st;
+    if (has(n, 3) && a) axes = *a;
+    else if (!has(n, 3) && starts)
+      for (size_t i = 0; i < starts->size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    else return part(n, std::nullopt, {}, l);
   }
-  for (int64_t& a : axes)
-    if (a < 0) a += rank;
-  return part(n, axes, unit, l);
+  if (std::any_of(steps.begin(), steps.end(), [](double s) { return s < 0; })) return std::nullopt;
+  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+  return part(n, axes, steps, l);
 }
 // Split / ConcatGrad: narrow views along attribute `axis`.
 std::optional<AliasRule> split(const Graph& g, const Node& n, int, const Layouts& l) {
   int64_t axis = n.attrs.get_int("axis", 0);
   if (axis < 0) axis += g.value(n.inputs[0]).shape.rank();
-  AliasRule r = part(n, {axis}, true, l);
+  AliasRule r = part(n, std::vector<int64_t>{axis}, {}, l);
   if (n.outputs.size() == 1) r.whole = l[n.inputs[0]].whole;  // one part: all of it
   return r;
 }
@@ -148,10 +296,18 @@ std::optional<AliasRule> dropout_grad(const Graph&, const Node& n, int, const La
   if (!dropout_passes_through(n, 2, 3, l)) return std::nullopt;
   return same_layout(n, 0, l);
 }
-// dY itself when nothing is reduced (provably the same shape).
+// SumToShape: dY itself when nothing is reduced (provably the same shape).
 std::optional<AliasRule> if_same_shape(const Graph& g, const Node& n, int out, const Layouts& l) {
   if (!same_shape(g, n.inputs[0], n.outputs[out])) return std::nullopt;
   return same_layout(n, 0, l);
+}
+// ReduceSumGrad: unsqueeze + expand of dY, always a view.
+std::optional<AliasRule> spread(const Graph& g, const Node& n, int out, const Layouts& l) {
+  AliasRule r = same_layout(n, 0, l);
+  if (same_shape(g, n.inputs[0], n.outputs[out])) return r;
+  r.contiguous = r.whole = false;
+  r.strides.reset();
+  return r;
 }
 // ReduceSum/ReduceMean with noop_with_empty_axes and no axes: X itself.
 std::optional<AliasRule> reduce(const Graph&, const Node& n, int, const Layouts& l) {
@@ -160,7 +316,7 @@ std::optional<AliasRule> reduce(const Graph&, const Node& n, int, const Layouts&
   return same_layout(n, 0, l);
 }
 std::optional<AliasRule> single_sum(const Graph&, const Node& n, int, const Layouts& l) {
-  if (n.inputs.size() != 1 || !has(n, 0)) return std::nullopt;
+  if (n.inputs.size() != 1) return std::nullopt;
   return same_layout(n, 0, l);
 }
 // ATenOp/PythonOp (aten_op.h): outputs [n, 2n) share results [0, n); [2n, 2n+m) are the inputs,
@@ -171,7 +327,8 @@ std::optional<AliasRule> autograd_op(const Graph&, const Node& n, int out, const
   if (out < 2 * k) {
     const ValueId result = n.outputs[out - k];
     if (result == kNoValue) return std::nullopt;
-    return AliasRule{static_cast<int>(out - k), true, l[result].contiguous, l[result].whole};
+    const ValueLayout& src = l[result];
+    return AliasRule{static_cast<int>(out - k), true, src.contiguous, src.whole, src.strides};
   }
   if (!has(n, static_cast<int>(out - 2 * k))) return std::nullopt;
   return same_layout(n, static_cast<int>(out - 2 * k), l);
@@ -183,8 +340,8 @@ const std::map<std::pair<std::string, std::string>, Rule>& alias_table() {
       {{"", "Identity"}, view_of_input0},
       {{"", "Reshape"}, reshape},
       {{"", "Flatten"}, reshape},
-      {{"", "Squeeze"}, view_of_input0},
-      {{"", "Unsqueeze"}, view_of_input0},
+      {{"", "Squeeze"}, squeeze},
+      {{"", "Unsqueeze"}, unsqueeze},
       {{"", "Transpose"}, transpose},
       {{"", "Expand"}, expand},
       {{"", "Slice"}, slice},
@@ -196,7 +353,7 @@ const std::map<std::pair<std::string, std::string>, Rule>& alias_table() {
       {{kOurDomain, "BiasDropout"}, bias_dropout},
       {{kOurDomain, "DropoutGrad"}, dropout_grad},
       {{kOurDomain, "SumToShape"}, if_same_shape},
-      {{kOurDomain, "ReduceSumGrad"}, expand},  // unsqueeze + expand of dY
+      {{kOurDomain, "ReduceSumGrad"}, spread},
       {{"", "ReduceSum"}, reduce},
       {{"", "ReduceMean"}, reduce},
       {{"", "Sum"}, single_sum},
@@ -219,14 +376,16 @@ std::optional<AliasRule> alias_rule(const Graph& g, const Node& n, int output,
   if (it == table.end() || output < 0 || output >= static_cast<int>(n.outputs.size()) ||
       n.outputs[output] == kNoValue)
     return std::nullopt;
-  // Rules other than ATenOp's read input 0 or the rule's own input.
-  if (!it->second || (!has(n, 0) && !is_autograd_op(n))) return std::nullopt;
+  if (!has(n, 0) && !is_autograd_op(n)) return std::nullopt;  // the others view input 0
   return it->second(g, n, output, layout);
 }
 
 std::vector<ValueLayout> value_layouts(const Graph& g) {
   std::vector<ValueLayout> l(g.num_values());
-  for (ValueId v = 0; v < g.num_values(); ++v) l[v].base = v;
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    l[v].base = v;
+    if (auto s = sizes_of(g, v)) l[v].strides = row_major(*s);  // new buffers are row-major
+  }
   for (const auto& [v, data] : g.initializers) {
     l[v].constant = true;
     l[v].data = &data;
@@ -242,64 +401,19 @@ std::vector<ValueLayout> value_layouts(const Graph& g) {
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const ValueId v = n.outputs[k];
       if (v == kNoValue) continue;
-      const auto rule = alias_rule(g, n, static_cast<int>(k), l);
+      auto rule = alias_rule(g, n, static_cast<int>(k), l);
       if (!rule) continue;
       const ValueId src = rule->of_output ? n.outputs[rule->input] : n.inputs[rule->input];
+      const auto sizes = sizes_of(g, v);
       l[v].base = l[src].base;
-      l[v].contiguous = rule->contiguous;
       l[v].whole = rule->whole;
       l[v].constant = l[src].constant;
+      l[v].strides = sizes && rule->strides && rule->strides->size() == sizes->size()
+                         ? std::move(rule->strides) : std::nullopt;
+      l[v].contiguous = l[v].strides ? is_row_major(*l[v].strides, *sizes) : rule->contiguous;
     }
   }
   return l;
-}
-
-std::vector<int> inplace_candidates(const Graph& g, const Node& n) {
-  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.empty() ||
-      n.outputs[0] == kNoValue)
-    return {};
-  std::vector<int> ops;
-  if (n.op_type == "Add" || n.op_type == "Mul") ops = {0, 1};
-  else if ((n.op_type == "Sub" || n.op_type == "Div") && n.inputs.size() == 2) ops = {0};
-  else if (n.op_type == "Sum" && n.inputs.size() > 1) ops = {0};  // the kernel sums into operand 0
-  const Value& out = g.value(n.outputs[0]);
-  if (!is_floating(out.dtype)) return {};
-  std::vector<int> out_ops;
-  for (int i : ops) {
-    if (!has(n, i)) continue;
-    const Value& in = g.value(n.inputs[i]);
-    if (in.dtype == out.dtype && in.shape.same_as(out.shape)) out_ops.push_back(i);
-  }
-  return out_ops;
-}
-
-void choose_inplace(const Graph& g, std::vector<Step>& steps, const std::vector<char>& pinned) {
-  const std::vector<ValueLayout> l = value_layouts(g);
-  // Per buffer (base value): the last step where a value living in it is freed, or -1 when one
-  // of them must outlive the phase (pinned, constant).
-  std::vector<int64_t> dies(g.num_values(), -2);  // -2: nothing freed yet
-  for (size_t s = 0; s < steps.size(); ++s)
-    for (ValueId v : steps[s].free_after) {
-      int64_t& d = dies[l[v].base];
-      if (d != -1) d = std::max<int64_t>(d, static_cast<int64_t>(s));
-    }
-  for (ValueId v = 0; v < g.num_values(); ++v)
-    if (pinned[v] || l[v].constant) dies[l[v].base] = -1;
-  for (size_t s = 0; s < steps.size(); ++s) {
-    const Node& n = g.nodes[steps[s].node];
-    for (int c : inplace_candidates(g, n)) {
-      const ValueId x = n.inputs[c];
-      const ValueId base = l[x].base;
-      bool shared = false;  // another operand reads the same buffer (Add(x, x))
-      for (size_t j = 0; j < n.inputs.size(); ++j)
-        if (static_cast<int>(j) != c && n.inputs[j] != kNoValue && l[n.inputs[j]].base == base)
-          shared = true;
-      if (dies[base] == static_cast<int64_t>(s) && l[x].contiguous && l[x].whole && !shared) {
-        steps[s].inplace = c;
-        break;
-      }
-    }
-  }
 }
 
 }  // namespace torch_ort
