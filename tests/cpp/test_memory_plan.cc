@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/planner/memory.h"
@@ -203,6 +204,28 @@ TEST(MemoryInplace, SumOfDyingGradientsReusesABufferAndAddsNoBytes) {
   EXPECT_EQ((without.backward_live[k] - with.backward_live[k]).to_string(), "32*batch")
       << "the Sum's [batch,8] output takes over its operand's buffer";
   EXPECT_EQ(without.forward_live.size(), with.forward_live.size());
+}
+
+// Invariant over a training plan: a step in place overwrites a value that dies there and that no
+// one else owns (inputs, saved values, outputs, incoming and returned gradients).
+TEST(MemoryInplace, NeverOverwritesAValueSomeoneElseHolds) {
+  const TrainingGraph tg = two_branches();
+  const Plan plan = plan_training(tg);
+  const Graph& g = tg.graph;
+  std::set<ValueId> owned(plan.saved.begin(), plan.saved.end());
+  for (const auto* list : {&g.inputs, &g.outputs, &tg.grad_of_outputs, &tg.input_grads})
+    owned.insert(list->begin(), list->end());
+  int chosen = 0;
+  for (const auto* steps : {&plan.forward, &plan.backward})
+    for (const Step& s : *steps) {
+      if (s.inplace < 0) continue;
+      ++chosen;
+      const ValueId x = g.nodes[s.node].inputs[s.inplace];
+      EXPECT_FALSE(owned.count(x)) << g.value(x).name;
+      EXPECT_NE(std::find(s.free_after.begin(), s.free_after.end(), x), s.free_after.end())
+          << g.value(x).name << " must die at its in-place step";
+    }
+  EXPECT_GT(chosen, 0);
 }
 
 // Which Add may write over an operand: only one whose buffer dies at the Add, read once, the

@@ -83,8 +83,6 @@ class LiveSet {
     if (b_.counts(v) && refs_[b_.of(v)] > 0 && --refs_[b_.of(v)] == 0)
       live_ = live_ - b_.bytes[b_.of(v)];
   }
-  const SymExpr& live() const { return live_; }
-
   // One step: outputs set, sampled, free_after dropped. Returns the sample.
   SymExpr run(const Graph& g, const Step& s) {
     for (ValueId v : g.nodes[s.node].outputs) hold(v);
@@ -99,8 +97,7 @@ class LiveSet {
   SymExpr live_;
 };
 
-// Bytes of the distinct counted buffers of `values`, skipping those in `skip`; the buffers are
-// added to `seen`.
+// Bytes of the distinct counted buffers of `values` not already in `seen` (then added to it).
 SymExpr unique_bytes(const Buffers& b, const std::vector<ValueId>& values, std::set<ValueId>* seen) {
   SymExpr total;
   for (ValueId v : values)
