@@ -22,7 +22,8 @@ using testing::GraphBuilder;
 // x (batch, 4) -> 2 × [LN -> MatMul(4→8) -> Gelu -> MatMul(8→4) -> + residual] -> LN -> Tanh ->
 // ReduceSum. Per layer backward reads the LN output and statistics, the Gelu input and output:
 // "LayerNormalization+", "MatMul+", "Gelu+"; x0, x1, x2 are the residual stream.
-TrainingGraph pre_ln_transformer(int layers = 2) {
+// fused: the forward pipeline runs first, and the residual Add + next LN become a SkipLayerNorm.
+TrainingGraph pre_ln_transformer(int layers = 2, bool fused = false) {
   GraphBuilder b;
   ValueId x = b.input("x0", "[batch,4]");
   for (int k = 0; k < layers; ++k) {
@@ -40,6 +41,7 @@ TrainingGraph pre_ln_transformer(int layers = 2) {
   keep.set("keepdims", int64_t{0});
   b.g.outputs = {b.op("ReduceSum", {t}, keep)};
   infer_shapes(b.g);
+  if (fused) run_pipeline(b.g, default_forward_pipeline(), {});
   TrainingGraph tg = build_training_graph(b.g, std::vector<bool>(b.g.inputs.size(), true));
   infer_shapes(tg.graph);
   run_training_pipeline(tg, default_training_pipeline(), {});
@@ -87,6 +89,25 @@ TEST(Recompute, FindsOneClusterPerOpWithOneOccurrencePerLayer) {
   EXPECT_EQ(ln->occurrences[2].layer, -1);
   for (const RecomputeOpportunity& o : r.opportunities)
     for (const RecomputeOccurrence& occ : o.occurrences) EXPECT_FALSE(occ.enabled) << o.cluster;
+}
+
+// Fused, layer k's LN output comes from SkipLayerNorm(branch output of layer k-1, x_{k-1}):
+// recomputing it would need layer k-1's branch recomputed, and so on down to layer 0.
+TEST(Recompute, LevelOneDoesNotChainThroughLayers) {
+  TrainingGraph tg = pre_ln_transformer(3, /*fused=*/true);
+  const RecomputeResult r = apply_recompute(tg, 1, {});
+  EXPECT_EQ(r.num_layers, 3);
+  int gelus = 0, skip_norms = 0;
+  for (const RecomputeOpportunity& o : r.opportunities) {
+    if (o.cluster.find("Gelu+") != std::string::npos) gelus += static_cast<int>(o.enabled_count());
+    if (o.cluster.find("SkipLayerNorm+") == std::string::npos) continue;
+    skip_norms += static_cast<int>(o.occurrences.size());
+    EXPECT_EQ(o.enabled_count(), 0) << o.cluster << " would recompute the layer before its own";
+  }
+  EXPECT_EQ(gelus, 3);
+  EXPECT_EQ(skip_norms, 4);  // two layers' LN outputs, the final LN's statistics, the Tanh after it
+  // Per layer the MatMul and the Gelu from the kept LN output; layer 0's LN from x0.
+  EXPECT_EQ(r.nodes_cloned, 3 * 2 + 1);
 }
 
 TEST(Recompute, LevelZeroChangesNothing) {
@@ -229,17 +250,22 @@ std::vector<std::vector<double>> input_grads(const TrainingGraph& tg, const std:
 TEST(Recompute, GradientsAreBitIdentical) {
   const uint64_t seed = 20261123;
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const TrainingGraph plain = pre_ln_transformer(3);
-  const auto feeds = random_feeds(plain, seed);
-  const auto expected = input_grads(plain, feeds);
-  const std::vector<std::pair<int, std::vector<RecomputeRequest>>> configs = {
-      {1, {}}, {0, {{"Gelu+", 1, 1}}}, {1, {{"MatMul+", 0, -1}}}, {0, {{"LayerNormalization+", 1, -1}}}};
-  for (const auto& [level, requests] : configs) {
-    TrainingGraph tg = pre_ln_transformer(3);
-    const RecomputeResult r = apply_recompute(tg, level, requests);
-    EXPECT_GT(r.nodes_cloned, 0) << "level " << level;
-    EXPECT_NO_THROW(verify(as_exportable_graph(tg)));
-    EXPECT_EQ(input_grads(tg, feeds), expected) << "level " << level << ", " << requests.size() << " requests";
+  for (bool fused : {false, true}) {
+    const TrainingGraph plain = pre_ln_transformer(3, fused);
+    const auto feeds = random_feeds(plain, seed);
+    const auto expected = input_grads(plain, feeds);
+    const std::string gelu = fused ? "BiasGelu+" : "Gelu+";
+    const std::vector<std::pair<int, std::vector<RecomputeRequest>>> configs = {
+        {1, {}}, {0, {{gelu, 1, 1}}}, {1, {{"MatMul+", 0, -1}}}, {0, {{"MatMul+", 1, -1}, {gelu, 1, -1}}}};
+    for (const auto& [level, requests] : configs) {
+      TrainingGraph tg = pre_ln_transformer(3, fused);
+      const RecomputeResult r = apply_recompute(tg, level, requests);
+      const std::string config = std::string(fused ? "fused" : "plain") + ", level " + std::to_string(level) +
+                                 ", " + std::to_string(requests.size()) + " requests";
+      EXPECT_GT(r.nodes_cloned, 0) << config;
+      EXPECT_NO_THROW(verify(as_exportable_graph(tg))) << config;
+      EXPECT_EQ(input_grads(tg, feeds), expected) << config;
+    }
   }
 }
 

@@ -322,8 +322,7 @@ std::string valid_ids(const RecomputeResult& r) {
   return s;
 }
 
-// Marks the occurrences `level` and `requests` turn on (see recompute.h).
-void select(RecomputeResult& r, int level, const std::vector<RecomputeRequest>& requests) {
+void validate(const RecomputeResult& r, int level, const std::vector<RecomputeRequest>& requests) {
   const std::string where = "ORTMODULE_MEMORY_OPT_CONFIG: ";
   if (level < 0 || level > 2)
     throw std::invalid_argument("ORTMODULE_MEMORY_OPT_LEVEL must be 0, 1 or 2, got " + std::to_string(level));
@@ -342,8 +341,55 @@ void select(RecomputeResult& r, int level, const std::vector<RecomputeRequest>& 
                                   (q.strategy ? " with strategy " + std::to_string(q.strategy) : "") +
                                   " in this model; valid cluster ids: " + valid_ids(r));
   }
+}
+
+// One plan per activation: recomputing it in full wins over the compromise.
+void one_plan_per_activation(RecomputeResult& r) {
+  std::set<ValueId> full;
+  for (const RecomputeOpportunity& o : r.opportunities)
+    for (const RecomputeOccurrence& occ : o.occurrences)
+      if (occ.enabled && o.strategy == 1) full.insert(occ.activation);
+  for (RecomputeOpportunity& o : r.opportunities)
+    for (RecomputeOccurrence& occ : o.occurrences)
+      if (o.strategy == 2 && full.count(occ.activation)) occ.enabled = false;
+}
+
+// A level recomputes one layer at a time. A subgraph reading an activation that another layer
+// drops would chain: a pre-LN SkipLayerNorm's normalised output needs the previous branch's
+// output, whose recompute needs the layer before, and so on — every layer's clones alive at once
+// when backward starts. Such an occurrence stays off; its activation stays saved and is where its
+// layer's recompute starts from. Forward order: whatever an occurrence reads is decided before it.
+void keep_layers_apart(RecomputeResult& r, const Graph& g) {
+  const GraphIndex idx(g);
+  std::vector<RecomputeOccurrence*> on;
+  for (RecomputeOpportunity& o : r.opportunities)
+    for (RecomputeOccurrence& occ : o.occurrences)
+      if (occ.enabled) on.push_back(&occ);
+  std::sort(on.begin(), on.end(), [](const RecomputeOccurrence* a, const RecomputeOccurrence* b) {
+    return a->subgraph.back() < b->subgraph.back();
+  });
+  std::map<ValueId, int> dropped_in;  // activation -> layer of the enabled occurrence dropping it
+  for (RecomputeOccurrence* occ : on) {
+    for (NodeId n : occ->subgraph)
+      for (ValueId u : g.nodes[n].inputs) {
+        if (u == kNoValue || std::binary_search(occ->subgraph.begin(), occ->subgraph.end(), idx.producer[u]))
+          continue;
+        auto it = dropped_in.find(u);
+        if (it != dropped_in.end() && it->second != occ->layer) occ->enabled = false;
+      }
+    if (!occ->enabled) continue;
+    dropped_in[occ->activation] = occ->layer;
+    for (ValueId v : occ->more_activations) dropped_in[v] = occ->layer;
+  }
+}
+
+// Marks the occurrences `level` and `requests` turn on (see recompute.h).
+void select(RecomputeResult& r, const Graph& g, int level, const std::vector<RecomputeRequest>& requests) {
+  validate(r, level, requests);
   for (RecomputeOpportunity& o : r.opportunities)
     for (RecomputeOccurrence& occ : o.occurrences) occ.enabled = o.strategy <= level && occ.layer >= 0;
+  one_plan_per_activation(r);
+  keep_layers_apart(r, g);
   // A request decides its cluster alone: off first, then its first `count` occurrences on.
   for (const RecomputeRequest& q : requests)
     for (RecomputeOpportunity& o : r.opportunities)
@@ -354,14 +400,7 @@ void select(RecomputeResult& r, int level, const std::vector<RecomputeRequest>& 
       if (o.cluster == q.cluster && o.strategy == q.strategy)
         for (size_t k = 0; k < o.occurrences.size(); ++k)
           o.occurrences[k].enabled |= q.count < 0 || static_cast<int64_t>(k) < q.count;
-  // One plan per activation: recomputing it in full wins over the compromise.
-  std::set<ValueId> full;
-  for (const RecomputeOpportunity& o : r.opportunities)
-    for (const RecomputeOccurrence& occ : o.occurrences)
-      if (occ.enabled && o.strategy == 1) full.insert(occ.activation);
-  for (RecomputeOpportunity& o : r.opportunities)
-    for (RecomputeOccurrence& occ : o.occurrences)
-      if (o.strategy == 2 && full.count(occ.activation)) occ.enabled = false;
+  one_plan_per_activation(r);
 }
 
 // Rebuilds the backward half with the clones: walking backward nodes in order, the first reader
@@ -436,7 +475,7 @@ class Rewriter {
 
 RecomputeResult apply_recompute(TrainingGraph& tg, int level, const std::vector<RecomputeRequest>& requests) {
   RecomputeResult r = analyze_recompute(tg);
-  select(r, level, requests);
+  select(r, tg.graph, level, requests);
   r.nodes_cloned = Rewriter(tg, r).run();
   return r;
 }

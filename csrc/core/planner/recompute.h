@@ -23,9 +23,11 @@
 // split the forward into layers, one per residual branch (attention and MLP of a block are two).
 // Levels: 0 only ORTMODULE_MEMORY_OPT_CONFIG's plans; 1 every strategy-1 opportunity inside a
 // detected transformer layer (layer-boundary values — the residual stream — stay saved, so a
-// layer's backward recomputes that layer only); 2 also the strategy-2 ones. A config entry decides
-// its cluster alone, whatever the level: strategy 0 turns it off, 1 or 2 turns on the first
-// `count` occurrences of that strategy. An activation gets one plan: strategy 1 over 2.
+// layer's backward recomputes that layer only; an occurrence whose subgraph reads an activation
+// another layer drops stays off, e.g. a pre-LN SkipLayerNorm's normalised output, which needs the
+// previous layer's branch); 2 also the strategy-2 ones. A config entry decides its cluster alone,
+// whatever the level: strategy 0 turns it off, 1 or 2 turns on the first `count` occurrences of
+// that strategy. An activation gets one plan: strategy 1 over 2.
 #pragma once
 
 #include <cstdint>
