@@ -110,6 +110,15 @@ struct Facts {
     return saved[u] && std::find(dropping.begin(), dropping.end(), u) == dropping.end();
   }
 
+  // Forward nodes reading v's data (a Shape or Size reads its metadata only).
+  std::vector<NodeId> forward_readers(ValueId v) const {
+    std::vector<NodeId> out;
+    for (NodeId c : idx.consumers[v])
+      if (static_cast<size_t>(c) < num_forward && !is_onnx(g.nodes[c], "Shape") && !is_onnx(g.nodes[c], "Size"))
+        out.push_back(c);
+    return out;
+  }
+
   // A view of a buffer that stays kept anyway: dropping it frees nothing.
   bool views_kept(ValueId v) const {
     const ValueId base = layout[v].base;
@@ -125,15 +134,8 @@ struct Facts {
 // the attention mask) feed no layer norm; biases are read once.
 void find_boundaries(Facts& f) {
   const Graph& g = f.g;
-  const auto forward_readers = [&](ValueId v) {  // of its data: a Shape reads no stream
-    std::vector<NodeId> out;
-    for (NodeId c : f.idx.consumers[v])
-      if (static_cast<size_t>(c) < f.num_forward && !is_onnx(g.nodes[c], "Shape") && !is_onnx(g.nodes[c], "Size"))
-        out.push_back(c);
-    return out;
-  };
   const auto normalised = [&](ValueId v) {
-    for (NodeId c : forward_readers(v)) {
+    for (NodeId c : f.forward_readers(v)) {
       const Node& n = g.nodes[c];
       if (is_onnx(n, "LayerNormalization") && n.inputs[0] == v) return true;
       if (is_ours(n, "SkipLayerNorm") && (n.inputs[0] == v || n.inputs[1] == v)) return true;
@@ -148,7 +150,7 @@ void find_boundaries(Facts& f) {
     if (sum != kNoValue) f.boundary[sum] = 1;
     for (size_t k = 0; k < 2; ++k) {
       const ValueId s = n.inputs[k];
-      if (s != kNoValue && !g.initializers.count(s) && forward_readers(s).size() > 1) f.boundary[s] = 1;
+      if (s != kNoValue && !g.initializers.count(s) && f.forward_readers(s).size() > 1) f.boundary[s] = 1;
     }
   }
 }
@@ -232,6 +234,18 @@ int layer_at(const std::vector<int64_t>& boundary_pos, int64_t pos) {
   return static_cast<int>(it - boundary_pos.begin()) - 1;
 }
 
+// The layer of the values a node produces: its own, unless forward nodes of other layers read
+// them (an attention mask built once for every layer) — then none. A reader writing a boundary
+// (the residual add) ends the layer before it.
+int layer_of(const Facts& f, const std::vector<int64_t>& boundary_pos, NodeId root,
+             const std::vector<ValueId>& values) {
+  const int layer = layer_at(boundary_pos, root);
+  for (ValueId v : values)
+    for (NodeId c : f.forward_readers(v))
+      if (layer_at(boundary_pos, c - 1) != layer) return -1;
+  return layer;
+}
+
 }  // namespace
 
 int64_t RecomputeOpportunity::enabled_count() const {
@@ -281,7 +295,7 @@ RecomputeResult analyze_recompute(const TrainingGraph& tg) {
         dropping.push_back(v);
     const std::optional<SymExpr> dropped = total_bytes(g, dropping);
     if (dropping.empty() || !dropped) continue;
-    const int layer = layer_at(boundary_pos, root);
+    const int layer = layer_of(f, boundary_pos, root, dropping);
 
     const Walk full = walk_from(f, root, dropping, kMaxSubgraphNodes);
     if (full.frontier.empty()) add(full, 1, dropping, *dropped, layer);
