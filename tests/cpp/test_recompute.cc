@@ -19,29 +19,37 @@ namespace {
 
 using testing::GraphBuilder;
 
-// x (batch, 4) -> 2 × [LN -> MatMul(4→8) -> Gelu -> MatMul(8→4) -> + residual] -> LN -> Tanh ->
-// ReduceSum. Per layer backward reads the LN output and statistics, the Gelu input and output:
+struct Transformer {
+  int layers = 2;
+  bool fused = false;  // the forward pipeline runs first: residual Add + next LN -> SkipLayerNorm
+  bool gated = false;  // every layer scales its LN output by one gate, Sigmoid(g), built once
+};
+
+// x (batch, 4) -> layers × [LN -> MatMul(4→8) -> Gelu -> MatMul(8→4) -> + residual] -> LN -> Tanh
+// -> ReduceSum. Per layer backward reads the LN output and statistics, the Gelu input and output:
 // "LayerNormalization+", "MatMul+", "Gelu+"; x0, x1, x2 are the residual stream.
-// fused: the forward pipeline runs first, and the residual Add + next LN become a SkipLayerNorm.
-TrainingGraph pre_ln_transformer(int layers = 2, bool fused = false) {
+TrainingGraph pre_ln_transformer(const Transformer& t = {}) {
   GraphBuilder b;
   ValueId x = b.input("x0", "[batch,4]");
-  for (int k = 0; k < layers; ++k) {
+  const ValueId gate = t.gated ? b.op("Sigmoid", {b.input("g", "[4]")}) : kNoValue;
+  for (int k = 0; k < t.layers; ++k) {
     const std::string p = "l" + std::to_string(k) + ".";
     ValueId gamma = b.input(p + "gamma", "[4]"), beta = b.input(p + "beta", "[4]");
     ValueId w1 = b.input(p + "w1", "[4,8]"), w2 = b.input(p + "w2", "[8,4]");
     ValueId h = b.node("LayerNormalization", {x, gamma, beta}, {}, 3)[0];
-    ValueId z = b.op("Gelu", {b.op("MatMul", {h, w1})});
-    x = b.op("Add", {x, b.op("MatMul", {z, w2})});
-    b.g.value(x).name = "x" + std::to_string(k + 1);
+    if (t.gated) h = b.op("Mul", {h, gate});
+    ValueId y = b.op("MatMul", {b.op("Gelu", {b.op("MatMul", {h, w1})}), w2});
+    const ValueId sum = b.g.add_value("x" + std::to_string(k + 1), DType::kFloat, Shape::unknown());
+    b.g.nodes.push_back(Node{"", "Add", b.g.unique_node_name("/Add"), {x, y}, {sum}, {}});
+    x = sum;
   }
   ValueId gamma = b.input("lnf.gamma", "[4]"), beta = b.input("lnf.beta", "[4]");
-  ValueId t = b.op("Tanh", {b.node("LayerNormalization", {x, gamma, beta}, {}, 3)[0]});
+  ValueId out = b.op("Tanh", {b.node("LayerNormalization", {x, gamma, beta}, {}, 3)[0]});
   Attributes keep;
   keep.set("keepdims", int64_t{0});
-  b.g.outputs = {b.op("ReduceSum", {t}, keep)};
+  b.g.outputs = {b.op("ReduceSum", {out}, keep)};
   infer_shapes(b.g);
-  if (fused) run_pipeline(b.g, default_forward_pipeline(), {});
+  if (t.fused) run_pipeline(b.g, default_forward_pipeline(), {});
   TrainingGraph tg = build_training_graph(b.g, std::vector<bool>(b.g.inputs.size(), true));
   infer_shapes(tg.graph);
   run_training_pipeline(tg, default_training_pipeline(), {});
@@ -94,7 +102,7 @@ TEST(Recompute, FindsOneClusterPerOpWithOneOccurrencePerLayer) {
 // Fused, layer k's LN output comes from SkipLayerNorm(branch output of layer k-1, x_{k-1}):
 // recomputing it would need layer k-1's branch recomputed, and so on down to layer 0.
 TEST(Recompute, LevelOneDoesNotChainThroughLayers) {
-  TrainingGraph tg = pre_ln_transformer(3, /*fused=*/true);
+  TrainingGraph tg = pre_ln_transformer({.layers = 3, .fused = true});
   const RecomputeResult r = apply_recompute(tg, 1, {});
   EXPECT_EQ(r.num_layers, 3);
   int gelus = 0, skip_norms = 0;
@@ -108,6 +116,38 @@ TEST(Recompute, LevelOneDoesNotChainThroughLayers) {
   EXPECT_EQ(skip_norms, 4);  // two layers' LN outputs, the final LN's statistics, the Tanh after it
   // Per layer the MatMul and the Gelu from the kept LN output; layer 0's LN from x0.
   EXPECT_EQ(r.nodes_cloned, 3 * 2 + 1);
+}
+
+// The gate is built before layer 0's residual add, but both layers read it: it lies in no layer,
+// so level 1 keeps it (recomputing it for layer 1 would make layer 0's value live until then).
+TEST(Recompute, AValueEveryLayerReadsLiesInNoLayer) {
+  TrainingGraph tg = pre_ln_transformer({.gated = true});
+  const RecomputeResult r = apply_recompute(tg, 1, {});
+  const RecomputeOpportunity* gate = find(r, "Sigmoid+", 1);
+  ASSERT_NE(gate, nullptr);
+  ASSERT_EQ(gate->occurrences.size(), 1u);
+  EXPECT_EQ(gate->occurrences[0].layer, -1);
+  EXPECT_EQ(gate->enabled_count(), 0);
+  EXPECT_EQ(find(r, "Gelu+", 1)->enabled_count(), 2);
+}
+
+// Backward reads r = Reshape(x): a view of the graph input x, which stays anyway. Dropping r
+// would free nothing, so it is no candidate; Relu's output is a buffer of its own.
+TEST(Recompute, AViewOfAKeptBufferIsNoCandidate) {
+  GraphBuilder b;
+  ValueId x = b.input("x", "[batch,4]");
+  ValueId r = b.op("Reshape", {x, b.ints({-1, 2, 2})});
+  ValueId y = b.op("Relu", {b.op("Mul", {r, r})});
+  Attributes keep;
+  keep.set("keepdims", int64_t{0});
+  b.g.outputs = {b.op("ReduceSum", {b.op("Mul", {y, y})}, keep)};
+  infer_shapes(b.g);
+  TrainingGraph tg = build_training_graph(b.g, {true});
+  infer_shapes(tg.graph);
+  ASSERT_TRUE(saved_names(tg).count(name_of(tg, r)));
+  const RecomputeResult res = analyze_recompute(tg);
+  EXPECT_EQ(find(res, "Reshape+", 1), nullptr);
+  EXPECT_NE(find(res, "Mul+Relu+", 1), nullptr);  // from r, which stays saved
 }
 
 TEST(Recompute, LevelZeroChangesNothing) {
@@ -251,14 +291,14 @@ TEST(Recompute, GradientsAreBitIdentical) {
   const uint64_t seed = 20261123;
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (bool fused : {false, true}) {
-    const TrainingGraph plain = pre_ln_transformer(3, fused);
+    const TrainingGraph plain = pre_ln_transformer({.layers = 3, .fused = fused});
     const auto feeds = random_feeds(plain, seed);
     const auto expected = input_grads(plain, feeds);
     const std::string gelu = fused ? "BiasGelu+" : "Gelu+";
     const std::vector<std::pair<int, std::vector<RecomputeRequest>>> configs = {
         {1, {}}, {0, {{gelu, 1, 1}}}, {1, {{"MatMul+", 0, -1}}}, {0, {{"MatMul+", 1, -1}, {gelu, 1, -1}}}};
     for (const auto& [level, requests] : configs) {
-      TrainingGraph tg = pre_ln_transformer(3, fused);
+      TrainingGraph tg = pre_ln_transformer({.layers = 3, .fused = fused});
       const RecomputeResult r = apply_recompute(tg, level, requests);
       const std::string config = std::string(fused ? "fused" : "plain") + ", level " + std::to_string(level) +
                                  ", " + std::to_string(requests.size()) + " requests";
