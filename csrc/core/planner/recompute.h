@@ -16,8 +16,10 @@
 //     not being dropped, graph inputs and outputs, constants, shape tensors); the activation's
 //     bytes are saved in full.
 //   strategy 2 (recompute with compromise): the subgraph needs forward values that were not kept;
-//     they are kept instead (smaller: e.g. the 16-bit input of a Cast to fp32), and only the
-//     difference is saved. Offered when it provably saves at least half the activation's bytes.
+//     they are kept instead (smaller: the 16-bit input of a Cast to fp32, or a bool mask — walks
+//     never recompute through integer/bool values), and only the difference is saved. Offered
+//     when it provably saves at least half the activation's bytes; the activation's own node
+//     alone is preferred to the longer subgraph the walk found.
 // Transformer layers: residual adds (an Add whose sum a layer norm reads, or a SkipLayerNorm) mark
 // the residual stream — their sums and the summands that fork into a block. Those boundary values
 // split the forward into layers, one per residual branch (attention and MLP of a block are two).
