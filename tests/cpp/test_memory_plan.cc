@@ -9,6 +9,7 @@
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/plan.h"
+#include "csrc/core/planner/strides.h"
 #include "tests/cpp/shape_builders.h"
 
 namespace torch_ort {
@@ -153,6 +154,32 @@ TEST(MemoryLayout, ReshapeViewsWhereATenStridesAllowIt) {
   EXPECT_EQ(l[cols].base, qkv);
   EXPECT_FALSE(l[cols].contiguous);
   EXPECT_EQ(l[cflat].base, cflat) << "flattening a column slice copies";
+}
+
+TEST(MemoryLayout, ViewStridesFollowATenComputeStride) {
+  auto S = [](std::vector<std::string> v) {
+    SymSizes out;
+    for (const std::string& t : v) out.push_back(SymExpr::parse(t));
+    return out;
+  };
+  auto text = [](const std::optional<SymSizes>& st) {
+    std::string out;
+    for (const SymExpr& e : *st) out += (out.empty() ? "" : ",") + e.to_string();
+    return out;
+  };
+  // A Split piece [B,T,32] of a [B,T,96] buffer: splitting its last dim is a view.
+  const auto piece = S({"96*T", "96", "1"});
+  EXPECT_EQ(text(view_strides(S({"B", "T", "32"}), piece, S({"B", "T", "4", "8"}))),
+            "96*T,96,8,1");
+  EXPECT_EQ(text(view_strides(S({"B", "T", "32"}), piece, S({"B*T", "32"}))), "96,1")
+      << "merging B and T: their strides chain (96·T = T·96)";
+  EXPECT_FALSE(view_strides(S({"B", "T", "32"}), piece, S({"B", "T*32"})))
+      << "merging T with the cut dim needs a copy";
+  // A transposed [B,H,T,D] seen as [B,T,H,D]: merging H and D needs a copy.
+  EXPECT_FALSE(view_strides(S({"B", "T", "4", "8"}), S({"32*T", "8", "8*T", "1"}),
+                            S({"B", "T", "32"})));
+  EXPECT_TRUE(is_row_major(S({"8*T", "8", "1"}), S({"B", "T", "8"})));
+  EXPECT_TRUE(is_row_major(S({"5", "8", "1"}), S({"1", "T", "8"}))) << "size-1 dims: any stride";
 }
 
 TEST(MemoryTimeline, SavedViewOfASavedValueIsOneBuffer) {

@@ -24,7 +24,7 @@ namespace torch_ort {
 // --- Views: which buffer each value lives in (memory_layout.cc, with the approximations).
 //
 // How a value lies in memory as our kernels produce it. A value that allocates is its own base;
-// a view (Reshape of a contiguous value, Transpose, Slice, Expand, Identity, ...) has the base of
+// a view (Transpose, Slice, Expand, Identity, a Reshape at::reshape can view, ...) has the base of
 // the value it views. Graph inputs, initializers and Constant outputs are their own bases.
 struct ValueLayout {
   ValueId base = kNoValue;  // the value owning the buffer this one lives in (itself: it allocates)

@@ -24,76 +24,13 @@
 
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/planner/memory.h"
+#include "csrc/core/planner/strides.h"
 
 namespace torch_ort {
 namespace {
 
 using Layouts = std::vector<ValueLayout>;
-using Sizes = std::vector<SymExpr>;
 using Rule = std::function<std::optional<AliasRule>(const Graph&, const Node&, int, const Layouts&)>;
-
-// --- Symbolic sizes and strides (elements).
-bool eq(const SymExpr& a, const SymExpr& b) { return a.terms == b.terms; }
-bool is_one(const SymExpr& e) { return e.is_constant() && e.constant_value() == 1; }
-
-std::optional<Sizes> sizes_of(const Graph& g, ValueId v) {
-  const Shape& s = g.value(v).shape;
-  if (!s.rank_known) return std::nullopt;
-  Sizes out;
-  for (const Dim& d : s.dims) {
-    auto e = SymExpr::of(d);
-    if (!e) return std::nullopt;
-    out.push_back(*e);
-  }
-  return out;
-}
-Sizes row_major(const Sizes& sizes) {
-  Sizes st(sizes.size());
-  SymExpr acc = SymExpr::constant(1);
-  for (size_t k = sizes.size(); k-- > 0;) {
-    st[k] = acc;
-    acc = acc * sizes[k];
-  }
-  return st;
-}
-// at::Tensor::is_contiguous: size-1 dims may have any stride.
-bool is_row_major(const Sizes& strides, const Sizes& sizes) {
-  SymExpr expected = SymExpr::constant(1);
-  for (size_t k = sizes.size(); k-- > 0;) {
-    if (is_one(sizes[k])) continue;
-    if (!eq(strides[k], expected)) return false;
-    expected = expected * sizes[k];
-  }
-  return true;
-}
-// ATen's computeStride: the strides of a view with `shape` over (old_sizes, old_strides), or
-// nullopt when at::reshape would copy (or equality is not provable).
-std::optional<Sizes> view_strides(const Sizes& old_sizes, const Sizes& old_strides,
-                                  const Sizes& shape) {
-  if (old_sizes.empty()) return row_major(shape);
-  Sizes out(shape.size());
-  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  SymExpr chunk_base = old_strides.back();
-  SymExpr tensor_numel = SymExpr::constant(1), view_numel = SymExpr::constant(1);
-  for (int64_t d = static_cast<int64_t>(old_sizes.size()) - 1; d >= 0; --d) {
-    tensor_numel = tensor_numel * old_sizes[d];
-    if (d > 0 && (is_one(old_sizes[d - 1]) ||
-                  eq(old_strides[d - 1], tensor_numel * chunk_base)))
-      continue;  // the chunk goes on
-    while (view_d >= 0 && (!eq(view_numel, tensor_numel) || is_one(shape[view_d]))) {
-      out[view_d] = view_numel * chunk_base;
-      view_numel = view_numel * shape[view_d];
-      --view_d;
-    }
-    if (!eq(view_numel, tensor_numel)) return std::nullopt;
-    if (d > 0) {
-      chunk_base = old_strides[d - 1];
-      tensor_numel = view_numel = SymExpr::constant(1);
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return out;
-}
 
 // --- Constants the rules read.
 bool has(const Node& n, int i) {
@@ -148,7 +85,7 @@ std::optional<AliasRule> reshape(const Graph& g, const Node& n, int out, const L
   AliasRule r = same_layout(n, 0, l);
   const auto shape = sizes_of(g, n.outputs[out]);
   if (in.contiguous) {
-    r.strides = shape ? std::optional<Sizes>(row_major(*shape)) : std::nullopt;
+    r.strides = shape ? std::optional<SymSizes>(row_major(*shape)) : std::nullopt;
     return r;
   }
   const auto old_sizes = sizes_of(g, n.inputs[0]);
@@ -169,7 +106,7 @@ std::optional<AliasRule> transpose(const Graph& g, const Node& n, int, const Lay
     r.strides.reset();
     return r;
   }
-  Sizes st;
+  SymSizes st;
   for (int64_t d : perm) st.push_back((*r.strides)[d]);
   r.strides = st;
   return r;
@@ -183,10 +120,10 @@ std::optional<AliasRule> expand(const Graph& g, const Node& n, int out, const La
   const auto in = sizes_of(g, n.inputs[0]), to = sizes_of(g, n.outputs[out]);
   const ValueLayout& src = l[n.inputs[0]];
   if (!in || !to || !src.strides || to->size() < in->size()) return r;
-  Sizes st(to->size(), SymExpr::constant(0));
+  SymSizes st(to->size(), SymExpr::constant(0));
   for (size_t k = 0; k < in->size(); ++k) {
     const size_t o = to->size() - in->size() + k;
-    if (eq((*in)[k], (*to)[o])) st[o] = (*src.strides)[k];
+    if (same_expr((*in)[k], (*to)[o])) st[o] = (*src.strides)[k];
     else if (!is_one((*in)[k])) return r;  // not provably a broadcast
   }
   r.strides = st;
@@ -199,7 +136,7 @@ std::optional<AliasRule> squeeze(const Graph& g, const Node& n, int out, const L
   const auto axes = axes_of(n, 1, l, in ? static_cast<int64_t>(in->size()) : 0);
   r.strides.reset();
   if (!in || !axes || !l[n.inputs[0]].strides) return r;
-  Sizes st;
+  SymSizes st;
   for (size_t k = 0; k < in->size(); ++k) {
     const bool dropped = axes->empty() ? is_one((*in)[k])
                                        : std::count(axes->begin(), axes->end(), k) > 0;
@@ -216,7 +153,7 @@ std::optional<AliasRule> unsqueeze(const Graph& g, const Node& n, int out, const
   r.strides.reset();
   if (!sizes || !axes || !l[n.inputs[0]].strides) return r;
   std::sort(axes->begin(), axes->end());
-  Sizes sz = *sizes, st = *l[n.inputs[0]].strides;
+  SymSizes sz = *sizes, st = *l[n.inputs[0]].strides;
   for (int64_t a : *axes) {  // at::unsqueeze: stride = size·stride of the dim it precedes
     if (a < 0 || a > static_cast<int64_t>(sz.size())) return r;
     const SymExpr s = a >= static_cast<int64_t>(sz.size()) ? SymExpr::constant(1) : sz[a] * st[a];
