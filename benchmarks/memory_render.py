@@ -49,10 +49,16 @@ def _row(entry: dict, variant: str, batch) -> dict | None:
     return entry.get("sweep", {}).get(variant, {}).get(str(batch))
 
 
-def _extra_time(entry: dict, variant: str, batch, reference: str) -> float | None:
-    """variant's median step time over reference's at this batch, minus 1 (+0.2: 20% slower)."""
-    times = [(_row(entry, v, batch) or {}).get("median_step_s") for v in (variant, reference)]
-    ratio = _div(*times)
+def _step(r: dict | None, fastest: bool = False) -> float | None:
+    """The median step time, or the fastest step's (less swayed by other work on the machine)."""
+    if not ok(r) or not r.get("times_s"):
+        return None
+    return min(r["times_s"]) if fastest else r["median_step_s"]
+
+
+def _extra_time(entry: dict, variant: str, batch, reference: str, fastest: bool = False) -> float | None:
+    """variant's step time over reference's at this batch, minus 1 (+0.2: 20% slower)."""
+    ratio = _div(*(_step(_row(entry, v, batch), fastest) for v in (variant, reference)))
     return None if ratio is None else ratio - 1
 
 
@@ -80,46 +86,79 @@ def _default_batch(entry: dict) -> int | None:
     return own if own in batches else (batches[0] if batches else None)
 
 
-def goals(result: dict) -> list[tuple[str, str, str, bool | None]]:
-    """(goal, measured, target, met) per case; met is None when not measured. Activation figures
-    are the allocator's (RSS in brackets); worst batch shown."""
+Goal = tuple  # (goal, measured, target, met); met is None when not measured
+
+
+def _prediction_goal(entry: dict, label: str) -> Goal:
+    """Every ORTModule row's predicted peak ÷ its allocator-measured activations."""
+    ratios = [(v, b, _div(predicted(_row(entry, v, b)), activation(_row(entry, v, b))))
+              for v in ORT for b in _batches(entry)]
+    ratios = [x for x in ratios if x[2] is not None]
+    target = f"{1 - PREDICTION_TOLERANCE:.2f}–{1 + PREDICTION_TOLERANCE:.2f}×"
+    goal = f"{label}: predicted peak ÷ measured (allocator), every level and batch"
+    if not ratios:
+        return goal, "-", target, None
+    v, b, worst = max(ratios, key=lambda x: abs(x[2] - 1))
+    low, high = min(x[2] for x in ratios), max(x[2] for x in ratios)
+    return (goal, f"{low:.2f}–{high:.2f}× ({len(ratios)} rows; worst {LABELS[v]}, batch {b})", target,
+            abs(worst - 1) <= PREDICTION_TOLERANCE)
+
+
+def _activation_goal(entry: dict, label: str, variant: str, target: float) -> Goal:
+    """variant's activations ÷ eager's at the batch where the ratio is worst."""
+    per_batch = []
+    for b in _batches(entry):
+        mine, eager = _row(entry, variant, b), _row(entry, "eager", b)
+        ratio = _div(activation(mine), activation(eager))
+        if ratio is not None:
+            per_batch.append((ratio, b, _div(activation(mine, "rss"), activation(eager, "rss"))))
+    goal = f"{label}: {LABELS[variant]} activations ÷ eager's"
+    if not per_batch:
+        return goal, "-", f"≤ {target:.2f}×", None
+    ratio, b, rss = max(per_batch)
+    return goal, f"{ratio:.2f}× (worst batch, {b}; RSS {_x(rss)})", f"≤ {target:.2f}×", ratio <= target
+
+
+def _time_goal(entry: dict, label: str) -> Goal:
+    """Level 1's median step time over level 0's at the case's own batch."""
+    b = _default_batch(entry)
+    extra = _extra_time(entry, "ort1", b, "ort0")
+    fastest = _extra_time(entry, "ort1", b, "ort0", fastest=True)
+    return (f"{label}: level 1 step time over level 0's (batch {b}, medians)",
+            _pct(extra) + ("" if fastest is None else f" (fastest steps: {_pct(fastest)})"),
+            f"≤ {_pct(LEVEL1_EXTRA_TIME)}", None if extra is None else extra <= LEVEL1_EXTRA_TIME)
+
+
+def _cap_goal(entry: dict, label: str) -> Goal:
+    """The best ORTModule level's largest batch under the cap ÷ eager's."""
+    cap = entry.get("cap") or {}
+    eager = (cap.get("eager") or {}).get("largest")
+    found = [(cap[v]["largest"], v) for v in ORT if (cap.get(v) or {}).get("largest")]
+    best, variant = max(found, default=(None, None))
+    ratio = _div(best, eager)
+    return (f"{label}: largest batch under {entry['plan']['cap_gb']:g} GiB, best level ÷ eager's",
+            "-" if ratio is None else f"{ratio:.2f}× ({LABELS[variant]} {best}, eager {eager})",
+            f"≥ {CAP_GOAL:.1f}×", None if ratio is None else ratio >= CAP_GOAL)
+
+
+def goals(result: dict) -> list[Goal]:
+    """Issue 7's goal figures, per case. Activations are the allocator's (RSS in brackets)."""
     rows = []
     for case, entry in result["cases"].items():
         label = CASE_LABELS.get(case, case)
-        ratios = [(v, b, _div(predicted(_row(entry, v, b)), activation(_row(entry, v, b))))
-                  for v in ORT for b in _batches(entry)]
-        ratios = [x for x in ratios if x[2] is not None]
-        worst = max(ratios, key=lambda x: abs(x[2] - 1), default=None)
-        rows.append((f"{label}: predicted peak ÷ measured (allocator), every level and batch",
-                     "-" if not worst else f"{min(x[2] for x in ratios):.2f}–{max(x[2] for x in ratios):.2f}× "
-                     f"({len(ratios)} rows; worst {LABELS[worst[0]]}, batch {worst[1]})",
-                     f"{1 - PREDICTION_TOLERANCE:.2f}–{1 + PREDICTION_TOLERANCE:.2f}×",
-                     None if not worst else abs(worst[2] - 1) <= PREDICTION_TOLERANCE))
-        for variant, target in ACTIVATION_GOALS.items():
-            per_batch = [(b, _div(activation(_row(entry, variant, b)), activation(_row(entry, "eager", b))),
-                          _div(activation(_row(entry, variant, b), "rss"), activation(_row(entry, "eager", b), "rss")))
-                         for b in _batches(entry)]
-            per_batch = [x for x in per_batch if x[1] is not None]
-            worst = max(per_batch, key=lambda x: x[1], default=None)
-            rows.append((f"{label}: {LABELS[variant]} activations ÷ eager's",
-                         "-" if not worst else f"{worst[1]:.2f}× (worst batch, {worst[0]}; RSS {_x(worst[2])})",
-                         f"≤ {target:.2f}×", None if not worst else worst[1] <= target))
-        b = _default_batch(entry)
-        extra = _extra_time(entry, "ort1", b, "ort0")
-        rows.append((f"{label}: level 1 step time over level 0's (batch {b})", _pct(extra),
-                     f"≤ {_pct(LEVEL1_EXTRA_TIME)}", None if extra is None else extra <= LEVEL1_EXTRA_TIME))
-        cap = entry.get("cap") or {}
-        eager = (cap.get("eager") or {}).get("largest")
-        best = max(((v, cap[v]["largest"]) for v in ORT if (cap.get(v) or {}).get("largest")),
-                   key=lambda x: x[1], default=None)
-        ratio = _div(best[1], eager) if best else None
-        rows.append((f"{label}: largest batch under {entry['plan']['cap_gb']:g} GiB, best level ÷ eager's",
-                     "-" if ratio is None else f"{ratio:.2f}× ({LABELS[best[0]]} {best[1]}, eager {eager})",
-                     f"≥ {CAP_GOAL:.1f}×", None if ratio is None else ratio >= CAP_GOAL))
+        rows.append(_prediction_goal(entry, label))
+        rows += [_activation_goal(entry, label, v, t) for v, t in ACTIVATION_GOALS.items()]
+        rows += [_time_goal(entry, label), _cap_goal(entry, label)]
     return rows
 
 
 # --- markdown ------------------------------------------------------------------------------------
+SWEEP_COLUMNS = ("variant", "batch", "process peak RSS", "step peak RSS", "RSS before step",
+                 "activations: RSS", "activations: allocator", "÷ eager's", "predicted",
+                 "predicted ÷ allocator", "engine measured", "predicted ÷ engine", "recompute on",
+                 "median step (fastest)", "vs level 0", "vs eager")
+
+
 def _recompute(r: dict) -> str:
     rows = ((r.get("ort") or {}).get("rows")) if ok(r) else None
     if rows is None:
@@ -128,51 +167,61 @@ def _recompute(r: dict) -> str:
     return f"{len(on)} of {len(rows)} plans ({_mib(sum(x['bytes_saved'] for x in on) / MIB)})"
 
 
+def _sweep_row(entry: dict, variant: str, batch: str) -> str:
+    r = entry["sweep"][variant][batch]
+    if not ok(r):
+        error = r["error"][:120].replace("|", "/")
+        return f"| {LABELS[variant]} | {batch} | failed: {error} |" + " |" * (len(SWEEP_COLUMNS) - 3)
+    p, alloc, eng, step = predicted(r), activation(r), engine_measured(r), _step(r)
+    ort_error = (r.get("ort") or {}).get("error")
+    cells = [LABELS[variant], batch, _mib(r["process_peak_rss_mib"]), _mib(r["rss"]["step_peak_mib"]),
+             _mib(r["rss"]["before_mib"]), _mib(activation(r, "rss")), _mib(alloc),
+             _x(_div(alloc, activation(_row(entry, "eager", batch)))),
+             f"- ({ort_error[:60]})" if p is None and ort_error else _mib(p), _x(_div(p, alloc)), _mib(eng),
+             _x(_div(p, eng)), _recompute(r),
+             "-" if step is None else f"{step:.3f} s ({_step(r, fastest=True):.3f} s)",
+             _pct(_extra_time(entry, variant, batch, "ort0")) if variant in ORT[1:] else "-",
+             _pct(_extra_time(entry, variant, batch, "eager")) if variant != "eager" else "-"]
+    return "| " + " | ".join(str(x) for x in cells) + " |"
+
+
+def _cap_table(entry: dict) -> list[str]:
+    cap, plan = entry["cap"], entry["plan"]
+    eager = (cap.get("eager") or {}).get("largest")
+    skipped = ", ".join(LABELS[v] for v in entry["sweep"] if v not in cap)
+    lines = ["", f"Largest batch whose process peak RSS (export or compilation included) stays under "
+             f"{plan['cap_gb']:g} GiB: doubling, then bisection; two steps per probe, the sweep's processes "
+             "above reused as probes." + (f" Not searched: {skipped}." if skipped else ""), "",
+             "| variant | largest batch | × eager's | probes (batch: peak RSS, fits) |", "|---|---|---|---|"]
+    for variant, s in cap.items():
+        largest = "-" if s["largest"] is None else f"{s['largest']}" + ("" if s["exact"] else " (≥)")
+        if s.get("stopped"):
+            largest += f" ({s['stopped'][:120]})"
+        probes = [f"{p['batch']}: " + (f"error {p['error'][:60]}" if "error" in p else
+                                       "killed past the cap ✗" if "killed" in p else
+                                       f"{_mib(p['peak_rss_mib'])} {'✓' if p['fits'] else '✗'}")
+                  for p in s["probes"]]
+        known = [f"{b}: {_mib(m)}" for b, m in sorted(s["known_from_sweep"].items(), key=lambda x: int(x[0]))]
+        lines.append(f"| {LABELS[variant]} | {largest} | {_x(_div(s['largest'], eager))} | "
+                     + (", ".join(probes) or "-") + (f" (sweep: {', '.join(known)})" if known else "") + " |")
+    return lines
+
+
 def _case_table(entry: dict, case: str) -> list[str]:
     c, plan = entry["config"], entry["plan"]
     lines = ["", f"## {CASE_LABELS.get(case, case)}", "",
              f"{c['layers']} layers, {c['heads']} heads, width {c['width']}, context {c['context']}, vocab "
              f"{c['vocab']}, fp32, AdamW; median of {plan['steps']} steps after {plan['warmup']} warm-up.",
-             "", "| variant | batch | peak RSS | RSS before step | activations: RSS | activations: allocator "
-             "| ÷ eager's | predicted | predicted ÷ allocator | engine measured | predicted ÷ engine "
-             "| recompute on | median step | vs level 0 | vs eager |", "|" + "---|" * 15]
+             "", "| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
     for variant, rows in entry["sweep"].items():
-        for batch in sorted(rows, key=int):
-            r = rows[batch]
-            if not ok(r):
-                lines.append(f"| {LABELS[variant]} | {batch} | failed: {r['error'][:120].replace('|', '/')} |"
-                             + " |" * 12)
-                continue
-            p, alloc, eng = predicted(r), activation(r), engine_measured(r)
-            step = r.get("median_step_s")
-            ort_err = (r.get("ort") or {}).get("error")
-            cells = [LABELS[variant], batch, _mib(r["process_peak_rss_mib"]), _mib(r["rss"]["before_mib"]),
-                     _mib(activation(r, "rss")), _mib(alloc), _x(_div(alloc, activation(_row(entry, "eager", batch)))),
-                     _mib(p) if p is not None or not ort_err else f"- ({ort_err[:60]})",
-                     _x(_div(p, alloc)), _mib(eng), _x(_div(p, eng)), _recompute(r),
-                     "-" if step is None else f"{step:.3f} s",
-                     _pct(_extra_time(entry, variant, batch, "ort0")) if variant in ORT[1:] else "-",
-                     _pct(_extra_time(entry, variant, batch, "eager")) if variant != "eager" else "-"]
-            lines.append("| " + " | ".join(str(x) for x in cells) + " |")
-    cap = entry.get("cap")
-    if cap is not None:
-        eager = (cap.get("eager") or {}).get("largest")
-        skipped = [v for v in entry["sweep"] if v not in cap]
-        lines += ["", f"Largest batch whose process peak RSS (export or compilation included) stays under "
-                  f"{plan['cap_gb']:g} GiB: doubling, then bisection; two steps per probe, probes of the "
-                  "sweep above reused." + (f" Not searched: {', '.join(LABELS[v] for v in skipped)}." if skipped
-                                            else ""), "",
-                  "| variant | largest batch | × eager's | probes (batch: peak RSS, fits) |", "|---|---|---|---|"]
-        for variant, s in cap.items():
-            largest = ("-" if s["largest"] is None else f"{s['largest']}" + ("" if s["exact"] else " (≥)")) + (
-                f" ({s['stopped'][:120]})" if s.get("stopped") else "")
-            probes = ", ".join(f"{p['batch']}: " + (f"error {p['error'][:60]}" if "error" in p else
-                                                    f"{_mib(p['peak_rss_mib'])} {'✓' if p['fits'] else '✗'}")
-                               for p in s["probes"])
-            known = ", ".join(f"{b}: {_mib(m)}" for b, m in sorted(s["known_from_sweep"].items(), key=lambda x: int(x[0])))
-            lines.append(f"| {LABELS[variant]} | {largest} | {_x(_div(s['largest'], eager))} | "
-                         f"{probes or '-'}" + (f" (sweep: {known})" if known else "") + " |")
-    return lines
+        lines += [_sweep_row(entry, variant, b) for b in sorted(rows, key=int)]
+    return lines + (_cap_table(entry) if entry.get("cap") is not None else [])
+
+
+def _rss_methods(result: dict) -> str:
+    methods = {r["rss_method"] for e in result["cases"].values() for rows in e.get("sweep", {}).values()
+               for r in rows.values() if ok(r)}
+    return "; ".join(sorted(methods)) or "-"
 
 
 def markdown(result: dict) -> list[str]:
@@ -180,16 +229,22 @@ def markdown(result: dict) -> list[str]:
     malloc = ", ".join(f"{k}={v}" for k, v in result.get("malloc", {}).items()) or "glibc's defaults"
     lines = [f"# Memory benchmark (issue 7), {result['date']}", "",
              f"Machine: {result['machine']}; {result['cpu']}. Command: `{result.get('command', '-')}`. Each "
-             f"variant and batch size in its own process, glibc malloc with {malloc} in every one.", "",
+             f"variant and batch size in its own process, glibc malloc with {malloc} in every one"
+             + (" (each block of 64 KiB or more mapped alone and unmapped when freed, so RSS follows the "
+                "allocator; with glibc's defaults freed activations stay resident and a step's RSS rise "
+                "shows a fraction of them)" if malloc.startswith("MALLOC_MMAP") else "") + ".", "",
              "Activations of a steady-state step (optimizer state allocated, gradients None), measured two "
-             "ways: **RSS**, the peak resident set during forward + backward (VmHWM, reset through "
-             "/proc/self/clear_refs just before the forward) minus the RSS right before it; **allocator**, "
-             "the peak of the bytes torch's CPU allocator handed out during forward + backward of another "
-             "such step (torch.profiler, profile_memory=True), parameter gradients included. The goal "
-             "figures use the allocator's (no page or malloc granularity; the RSS figure is beside it). "
-             "*Predicted*: ORTModule.memory_report(batch).predicted['peak'] before the first step; *engine "
-             "measured*: its .measured['peak'] after the steps. *Peak RSS*: the whole process's, export "
-             "or compilation included.", "", "## Goals", "", "| goal | measured | target | met |",
+             f"ways: **RSS**, the peak resident set during forward + backward ({_rss_methods(result)}) "
+             "minus the RSS right before the forward; **allocator**, the peak of the bytes torch's CPU "
+             "allocator handed out during forward + backward of another such step (torch.profiler, "
+             "profile_memory=True), parameter gradients included. The goal figures use the allocator's "
+             "(no page or malloc granularity; the RSS figure is beside it). *Predicted*: "
+             "ORTModule.memory_report(batch).predicted['peak'] before the first step; *engine measured*: "
+             "its .measured['peak'] after the steps. *Process peak RSS*: the whole process's, export or "
+             "compilation included; *step peak RSS*: the steady-state step's, optimizer included. Step "
+             "times can swing 2-4× from one step to the next on a shared VM, so the fastest step is shown "
+             "beside the median.", "", "## Goals", "",
+             "| goal | measured | target | met |",
              "|---|---|---|---|"]
     loads = [r.get("load_before", 0) for e in result["cases"].values() for rows in e.get("sweep", {}).values()
              for r in rows.values()]
@@ -228,7 +283,11 @@ def chart(result: dict, path: str) -> None:
         act.set_xlabel("batch")
         act.set_ylabel("MiB")
         act.legend(fontsize=7)
-        searched = [(v, s["largest"]) for v, s in (entry.get("cap") or {}).items()]
+        searched = [(v, s["largest"] or 0) for v, s in (entry.get("cap") or {}).items()]
+        if not searched:
+            cap.axis("off")
+            cap.text(0.5, 0.5, "largest batch: not searched", ha="center", transform=cap.transAxes)
+            continue
         bars = cap.bar([LABELS[v] for v, _ in searched], [n for _, n in searched],
                        color=[f"C{list(entry['sweep']).index(v)}" if v in entry["sweep"] else "grey"
                               for v, _ in searched])
@@ -242,10 +301,15 @@ def chart(result: dict, path: str) -> None:
 
 
 def merge(results: list[dict]) -> dict:
-    """One result with every case of `results` (a later file's case replaces an earlier one's)."""
+    """One result with every case and variant of `results` (runs of different variants combine; a
+    later file's row replaces an earlier one's). The header is the first file's."""
     merged = dict(results[0], cases={})
     for r in results:
-        merged["cases"].update(r["cases"])
+        for case, entry in r["cases"].items():
+            into = merged["cases"].setdefault(case, dict(entry, sweep={}, cap=None))
+            into["sweep"].update(entry.get("sweep", {}))
+            if entry.get("cap") is not None:
+                into["cap"] = dict(into["cap"] or {}, **entry["cap"])
     if len(results) > 1:
         merged["command"] = " ; ".join(dict.fromkeys(r.get("command", "-") for r in results))
     return merged

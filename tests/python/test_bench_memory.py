@@ -46,8 +46,9 @@ def test_largest_batch_stops_at_the_probe_limit_and_when_nothing_fits():
 
 
 def _row(act_mib, step_s, predicted_mib=None, rows=()):
-    r = {"batch": 8, "process_peak_rss_mib": 2000.0, "median_step_s": step_s, "rss_method": "VmHWM",
-         "rss": {"before_mib": 1500.0, "activation_mib": act_mib * 1.02},
+    r = {"batch": 8, "process_peak_rss_mib": 2000.0, "median_step_s": step_s, "times_s": [step_s] * 3,
+         "rss_method": "VmHWM",
+         "rss": {"before_mib": 1500.0, "activation_mib": act_mib * 1.02, "step_peak_mib": 1500.0 + act_mib},
          "allocator": {"peak_mib": act_mib, "forward_peak_mib": act_mib / 2}, "ort": None}
     if predicted_mib is not None:
         r["ort"] = {"level": 0, "predicted": {"peak": int(predicted_mib * MIB)},
@@ -76,7 +77,8 @@ def test_goals_judge_each_figure():
         "0.84–1.05× (2 rows; worst ORTModule level 1, batch 8)", False)
     assert met["baby GPT: ORTModule level 0 activations ÷ eager's"] == ("0.65× (worst batch, 8; RSS 0.65×)", True)
     assert met["baby GPT: ORTModule level 1 activations ÷ eager's"][1] is False  # 0.45× > 0.40×
-    assert met["baby GPT: level 1 step time over level 0's (batch 8)"] == ("+20%", True)
+    assert met["baby GPT: level 1 step time over level 0's (batch 8, medians)"] == (
+        "+20% (fastest steps: +20%)", True)
     assert met["baby GPT: largest batch under 4 GiB, best level ÷ eager's"] == (
         "2.20× (ORTModule level 1 44, eager 20)", True)
 
@@ -85,19 +87,25 @@ def test_markdown_and_files(tmp_path):
     lines = memory_render.write(fabricated(), str(tmp_path))
     text = "\n".join(lines)
     assert "| ORTModule level 2 | 8 | failed: RuntimeError: boom |" in text
-    assert "| ORTModule level 1 | 8 | 2,000 MiB | 1,500 MiB | 459 MiB | 450 MiB | 0.45× | 380 MiB | 0.84× " in text
+    assert "| ORTModule level 1 | 8 | 2,000 MiB | 1,950 MiB | 1,500 MiB | 459 MiB | 450 MiB | 0.45× | 380 MiB | 0.84× " in text
     assert "1 of 1 plans (60 MiB)" in text
     assert "| ORTModule level 1 | 44 | 2.20× |" in text
     assert json.loads((tmp_path / "memory.json").read_text())["cases"]["baby"]["cap"]["eager"]["largest"] == 20
     assert (tmp_path / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_merge_keeps_every_case():
-    a, b = fabricated(), fabricated()
+def test_merge_combines_cases_and_variants():
+    a, b, c = fabricated(), fabricated(), fabricated()
     b["cases"] = {"gpt2": b["cases"].pop("baby")}
     b["command"] = "benchmarks/memory.py --cases gpt2"
-    merged = memory_render.merge([a, b])
+    a["cases"]["baby"]["sweep"] = {"eager": a["cases"]["baby"]["sweep"]["eager"]}  # run apart
+    a["cases"]["baby"]["cap"] = {"eager": a["cases"]["baby"]["cap"]["eager"]}
+    c["cases"]["baby"]["sweep"].pop("eager")
+    c["cases"]["baby"]["cap"].pop("eager")
+    merged = memory_render.merge([a, b, c])
     assert list(merged["cases"]) == ["baby", "gpt2"]
+    assert list(merged["cases"]["baby"]["sweep"]) == ["eager", "compile", "ort0", "ort1", "ort2"]
+    assert merged["cases"]["baby"]["cap"] == fabricated()["cases"]["baby"]["cap"]
     assert merged["command"] == "benchmarks/memory.py ; benchmarks/memory.py --cases gpt2"
 
 
