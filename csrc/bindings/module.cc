@@ -35,6 +35,59 @@ py::dict stats_dict(const EngineStats& s) {
   d["num_constants"] = s.num_constants;
   d["saved_names"] = s.saved_names;
   d["passes_changed"] = s.passes_changed;
+  d["recompute_nodes"] = s.recompute_nodes;
+  return d;
+}
+
+py::dict measured_dict(const MeasuredMemory& m) {
+  py::dict d;
+  d["forward_peak"] = m.forward_peak;
+  d["saved"] = m.saved;
+  d["outputs"] = m.outputs;
+  d["backward_peak"] = m.backward_peak;
+  d["peak"] = m.peak;
+  return d;
+}
+
+// The memory report as plain data; torch_ort.ortmodule.memory builds the user-facing object.
+py::dict report_dict(const Graph& g, const MemoryReport& r) {
+  py::dict predicted;
+  const PeakEstimate& p = r.predicted;
+  predicted["forward_peak"] = p.forward_peak;
+  predicted["saved"] = p.saved;
+  predicted["outputs"] = p.outputs;
+  predicted["backward_peak"] = p.backward_peak;
+  predicted["peak"] = p.peak;
+  predicted["constants"] = p.constants;
+  predicted["forward_formula"] = p.forward_formula;
+  predicted["saved_formula"] = p.saved_formula;
+  predicted["backward_formula"] = p.backward_formula;
+  predicted["complete"] = p.complete;
+  py::list rows;
+  for (size_t i = 0; i < r.recompute.opportunities.size(); ++i) {
+    const RecomputeOpportunity& o = r.recompute.opportunities[i];
+    py::list activations, layers;
+    for (const RecomputeOccurrence& occ : o.occurrences) {
+      activations.append(g.value(occ.activation).name);
+      layers.append(occ.layer);
+    }
+    py::dict row;
+    row["cluster"] = o.cluster;
+    row["strategy"] = o.strategy;
+    row["occurrences"] = o.occurrences.size();
+    row["enabled"] = o.enabled_count();
+    row["bytes_saved_each"] = r.bytes_saved_each[i];
+    row["bytes_saved_formula"] = r.bytes_saved_formula[i];
+    row["activations"] = activations;
+    row["layers"] = layers;
+    rows.append(row);
+  }
+  py::dict d;
+  d["predicted"] = predicted;
+  d["rows"] = rows;
+  d["num_layers"] = r.recompute.num_layers;
+  d["nodes_cloned"] = r.recompute.nodes_cloned;
+  d["unknown_values"] = r.unknown_values;
   return d;
 }
 
@@ -91,15 +144,22 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Engine>(m, "Engine", "One exported graph compiled for one mode (training or not).")
       .def(py::init([](py::bytes onnx, bool training, std::vector<bool> input_requires_grad,
-                       std::vector<std::string> disabled_passes) {
+                       std::vector<std::string> disabled_passes, int memory_opt_level,
+                       std::vector<std::tuple<std::string, int, int64_t>> recompute) {
              std::string bytes = onnx;
+             EngineOptions options{training, std::move(input_requires_grad),
+                                   std::move(disabled_passes), memory_opt_level};
+             for (auto& [cluster, strategy, count] : recompute)
+               options.recompute.push_back(RecomputeRequest{cluster, strategy, count});
              py::gil_scoped_release nogil;
-             return std::make_unique<Engine>(
-                 bytes, EngineOptions{training, std::move(input_requires_grad),
-                                      std::move(disabled_passes)});
+             return std::make_unique<Engine>(bytes, std::move(options));
            }),
            py::arg("onnx_bytes"), py::arg("training"), py::arg("input_requires_grad"),
-           py::arg("disabled_passes") = std::vector<std::string>{})
+           py::arg("disabled_passes") = std::vector<std::string>{},
+           py::arg("memory_opt_level") = 0,
+           py::arg("recompute") = std::vector<std::tuple<std::string, int, int64_t>>{},
+           "recompute: ORTMODULE_MEMORY_OPT_CONFIG entries (cluster, strategy, count); an unknown "
+           "cluster raises ValueError listing the valid ones")
       .def_property_readonly("training", &Engine::training)
       .def_property_readonly("input_names", &Engine::input_names)
       .def_property_readonly("output_names", &Engine::output_names)
@@ -130,6 +190,17 @@ PYBIND11_MODULE(_C, m) {
       .def("training_graph_onnx",
            [](const Engine& e) { return py::bytes(e.training_graph_onnx()); })
       .def("stats", [](const Engine& e) { return stats_dict(e.stats()); })
+      .def("memory_report",
+           [](const Engine& e, const std::vector<std::vector<int64_t>>& input_sizes) {
+             return report_dict(e.memory_graph(), e.memory_report(input_sizes));
+           },
+           py::arg("input_sizes"),
+           "memory_report(input_sizes: list[list[int]]) -> dict: the static peak estimate (bytes "
+           "and formulas) and the recompute opportunities, for inputs of these sizes")
+      .def("set_memory_tracking", &Engine::set_memory_tracking, py::arg("on"),
+           "measure the activation bytes of every run while on (a small per-step cost)")
+      .def("measured_memory", [](const Engine& e) { return measured_dict(e.measured_memory()); },
+           "the last measured step: forward_peak, saved, outputs, backward_peak, peak (-1: none)")
       .def("value_shapes", &Engine::value_shapes,
            "value_shapes() -> list[(name, inferred shape)] of the executed graph, e.g. ('h', '[s0,32]')")
       .def("check_shapes",

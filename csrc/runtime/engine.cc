@@ -69,11 +69,15 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
     infer_shapes(tg_->graph);  // the backward values the gradient rules left unknown
     for (std::string& name : run_training_pipeline(*tg_, default_training_pipeline(), po))
       stats_.passes_changed.push_back("training:" + name);
+    // After the cleanups: CSE would merge the recompute clones back into their forward originals.
+    recompute_ = apply_recompute(*tg_, options_.memory_opt_level, options_.recompute);
+    stats_.recompute_nodes = recompute_.nodes_cloned;
     plan_ = plan_training(*tg_);
   } else {
     plan_ = plan_inference(forward_);
   }
   const Graph& eg = exec_graph();
+  timeline_ = memory_timeline(eg, plan_, tg_ ? &*tg_ : nullptr);
   for (ValueId v : eg.inputs)
     input_types_.push_back(to_aten(eg.value(v).dtype, "graph input '" + eg.value(v).name + "'"));
 
@@ -165,7 +169,12 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
   std::vector<at::Tensor> slots(g.num_values());
   for (const auto& [v, t] : constants_on(device)) slots[v] = t;
   for (size_t i = 0; i < inputs.size(); ++i) slots[g.inputs[i]] = inputs[i];
-  run_steps(forward_steps_, slots, device);
+  std::optional<LiveBytes> live;
+  if (track_memory_) {
+    live.emplace();
+    for (const at::Tensor& t : slots) live->exclude(t);  // inputs and constants
+  }
+  run_steps(forward_steps_, slots, device, live ? &*live : nullptr);
 
   std::vector<at::Tensor> outputs;
   for (ValueId v : g.outputs) {
@@ -173,7 +182,10 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
       throw std::logic_error("internal: graph output '" + g.value(v).name + "' was not computed");
     outputs.push_back(slots[v]);
   }
-  if (!tg_) return {std::move(outputs), nullptr};
+  if (!tg_) {
+    if (live) record_measured({live->peak(), 0, live->unique_bytes(outputs), -1, live->peak()});
+    return {std::move(outputs), nullptr};
+  }
 
   auto ctx = std::make_shared<RunContext>();
   ctx->engine_id = id_;
@@ -187,6 +199,15 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
   for (const at::Tensor& o : outputs) {
     ctx->output_sizes.push_back(o.sizes().vec());
     ctx->output_options.push_back(o.options());
+  }
+  if (live) {  // inputs and constants are excluded already, so are views of them
+    std::vector<at::Tensor> saved;
+    for (const auto& [v, t] : ctx->saved) saved.push_back(t);
+    ctx->measured.forward_peak = live->peak();
+    ctx->measured.saved = live->unique_bytes(saved);
+    ctx->untracked = live->excluded();  // backward counts what forward counted
+    for (const at::Tensor& t : saved) live->exclude(t);
+    ctx->measured.outputs = live->unique_bytes(outputs);  // those not also saved
   }
   return {std::move(outputs), std::move(ctx)};
 }
@@ -226,13 +247,56 @@ std::vector<std::optional<at::Tensor>> Engine::backward(
                                ", got " + sizes_str(go->sizes()));
     slots[gv] = *go;
   }
-  run_steps(backward_steps_, slots, ctx.device);
+  std::optional<LiveBytes> live;
+  if (ctx.measured.forward_peak >= 0) {  // forward was measured: measure this half too
+    live.emplace();
+    live->exclude(ctx.untracked);  // constants, graph inputs and views of them
+    for (ValueId v : tg_->grad_of_outputs)
+      if (v != kNoValue) live->exclude(slots[v]);        // autograd's
+    for (const at::Tensor& t : slots) live->add(t);
+    live->sample();
+  }
+  run_steps(backward_steps_, slots, ctx.device, live ? &*live : nullptr);
+  if (live) {
+    MeasuredMemory m = ctx.measured;
+    m.backward_peak = live->peak();
+    m.peak = std::max(m.forward_peak, m.outputs + m.backward_peak);
+    record_measured(m);
+  }
 
   std::vector<std::optional<at::Tensor>> grads;
   for (ValueId v : tg_->input_grads)
     grads.push_back(v != kNoValue && slots[v].defined() ? std::optional<at::Tensor>(slots[v])
                                                         : std::nullopt);
   return grads;
+}
+
+void Engine::record_measured(const MeasuredMemory& m) const {
+  std::lock_guard<std::mutex> lock(measured_mu_);
+  measured_ = m;
+}
+
+MeasuredMemory Engine::measured_memory() const {
+  std::lock_guard<std::mutex> lock(measured_mu_);
+  return measured_;
+}
+
+MemoryReport Engine::memory_report(const std::vector<std::vector<int64_t>>& input_sizes) const {
+  const Graph& g = exec_graph();
+  if (input_sizes.size() != g.inputs.size())
+    throw InputMismatchError("memory_report: expected sizes of " + std::to_string(g.inputs.size()) +
+                             " inputs, got " + std::to_string(input_sizes.size()));
+  const auto env = binding_of(g, input_sizes);
+  const auto names = symbol_names(g);
+  MemoryReport r;
+  r.predicted = evaluate_peak(timeline_, env, names);
+  r.recompute = recompute_;
+  r.unknown_values = timeline_.unknown;
+  for (const RecomputeOpportunity& o : recompute_.opportunities) {
+    r.bytes_saved_each.push_back(o.bytes_saved_each.evaluate(env).value_or(-1));
+    r.bytes_saved_formula.push_back(format_bytes_formula(o.bytes_saved_each, names));
+  }
+  return r;
 }
 
 std::vector<std::string> Engine::input_names() const {

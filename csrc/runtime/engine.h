@@ -11,13 +11,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/plan.h"
+#include "csrc/core/planner/recompute.h"
 #include "csrc/runtime/executor.h"
 
 namespace torch_ort {
@@ -26,6 +29,18 @@ struct EngineOptions {
   bool training = false;                     // build forward+backward, or forward only
   std::vector<bool> input_requires_grad;     // per graph input (training): gradient wanted?
   std::vector<std::string> disabled_passes;  // pass names to skip
+  int memory_opt_level = 0;                  // ORTMODULE_MEMORY_OPT_LEVEL (training engines)
+  std::vector<RecomputeRequest> recompute;   // ORTMODULE_MEMORY_OPT_CONFIG
+};
+
+// Activation bytes one step held, measured while it ran (Engine::set_memory_tracking), with the
+// accounting of the static estimate (planner/memory.h). -1: not measured.
+struct MeasuredMemory {
+  int64_t forward_peak = -1;
+  int64_t saved = -1;          // kept from forward for backward
+  int64_t outputs = -1;        // graph outputs not also saved (the caller holds them)
+  int64_t backward_peak = -1;
+  int64_t peak = -1;           // max(forward_peak, outputs + backward_peak)
 };
 
 // What one forward call leaves for its backward.
@@ -35,6 +50,8 @@ struct RunContext {
   std::vector<std::pair<ValueId, at::Tensor>> saved;     // plan.saved, nothing else
   std::vector<std::vector<int64_t>> output_sizes;        // to build zero gradients for None
   std::vector<at::TensorOptions> output_options;
+  MeasuredMemory measured;                               // forward's part, when tracked
+  std::unordered_set<const void*> untracked;             // when tracked: the caller's buffers
   std::atomic<bool> consumed{false};
 };
 
@@ -47,6 +64,17 @@ struct EngineStats {
   int64_t num_constants = 0;          // initializers + hoisted Constant nodes
   std::vector<std::string> saved_names;
   std::vector<std::string> passes_changed;  // passes that changed a graph ("training:" after autodiff)
+  int64_t recompute_nodes = 0;              // forward nodes cloned into backward (memory optimizer)
+};
+
+// The memory report of an engine for one call's input sizes: the static estimate and the
+// recompute opportunities (training engines), before anything runs.
+struct MemoryReport {
+  PeakEstimate predicted;
+  RecomputeResult recompute;                  // opportunities with their on/off marks
+  std::vector<int64_t> bytes_saved_each;      // per opportunity, evaluated (-1: unbound)
+  std::vector<std::string> bytes_saved_formula;  // per opportunity, symbols renamed
+  std::vector<std::string> unknown_values;    // values whose size has no formula
 };
 
 // One row of Engine::check_shapes: a value's inferred shape against the tensor a run produced.
@@ -83,6 +111,15 @@ class Engine {
   std::string training_graph_onnx() const;  // forward+backward (training engines only)
   EngineStats stats() const { return stats_; }
 
+  // The static memory estimate and the recompute table for inputs of these sizes (one entry per
+  // graph input). Throws InputMismatchError when the count differs.
+  MemoryReport memory_report(const std::vector<std::vector<int64_t>>& input_sizes) const;
+  // While on, every run measures the activation bytes it holds; the last complete step's figures
+  // are returned by measured_memory (forward-only runs fill forward_peak only).
+  void set_memory_tracking(bool on) const { track_memory_ = on; }
+  MeasuredMemory measured_memory() const;
+  const Graph& memory_graph() const { return exec_graph(); }  // names the report's values
+
   // Debug (engine_shapes.cc): runs forward (and backward with all-ones output gradients) keeping
   // every tensor, then compares each with its inferred shape, binding each symbol to the first
   // size it meets (inputs first). A mismatch throws VerifyError naming the value and its node.
@@ -95,15 +132,22 @@ class Engine {
   // Constants on `device` (moved there once per device, then cached).
   const std::vector<std::pair<ValueId, at::Tensor>>& constants_on(c10::Device device) const;
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
+  void record_measured(const MeasuredMemory& m) const;
 
   EngineOptions options_;
   uint64_t id_;
   Graph forward_;                    // after the pass pipeline
   std::optional<TrainingGraph> tg_;  // training engines only
   Plan plan_;
+  RecomputeResult recompute_;        // training engines: what the memory optimizer did
+  MemoryTimeline timeline_;          // static memory estimate of plan_
   std::vector<CompiledStep> forward_steps_, backward_steps_;
   std::vector<at::ScalarType> input_types_;  // per graph input
   EngineStats stats_;
+
+  mutable std::atomic<bool> track_memory_{false};
+  mutable std::mutex measured_mu_;
+  mutable MeasuredMemory measured_;
 
   mutable std::mutex constants_mu_;
   mutable std::map<std::string, std::vector<std::pair<ValueId, at::Tensor>>> constants_;  // by device

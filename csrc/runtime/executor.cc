@@ -49,6 +49,7 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
     auto it = g.opset_imports.find(n.domain == "ai.onnx" ? "" : n.domain);
     CompiledStep cs{fn, &n, it == g.opset_imports.end() ? 1 : it->second, n.inputs, n.outputs,
                     s.free_after};
+    cs.inplace = s.inplace;
     for (ValueId& v : cs.outputs)
       if (v != kNoValue && !read[v]) v = kNoValue;  // kernels may skip unread outputs
     if (n.domain == kOurDomain && n.op_type == kAtenOpGrad)
@@ -72,11 +73,48 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
   return out;
 }
 
+namespace {
+const void* buffer_of(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+}
+}  // namespace
+
+void LiveBytes::exclude(const at::Tensor& t) {
+  if (const void* b = buffer_of(t)) excluded_.insert(b);
+}
+
+void LiveBytes::add(const at::Tensor& t) {
+  const void* b = buffer_of(t);
+  if (!b || excluded_.count(b)) return;
+  auto [it, fresh] = held_.try_emplace(b, 0, static_cast<int64_t>(t.storage().nbytes()));
+  if (fresh) current_ += it->second.second;
+  ++it->second.first;
+}
+
+void LiveBytes::remove(const at::Tensor& t) {
+  auto it = held_.find(buffer_of(t));
+  if (it == held_.end() || --it->second.first > 0) return;
+  current_ -= it->second.second;
+  held_.erase(it);
+}
+
+int64_t LiveBytes::unique_bytes(const std::vector<at::Tensor>& tensors) const {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    const void* b = buffer_of(t);
+    if (b && !excluded_.count(b) && seen.insert(b).second)
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
-               c10::Device device) {
+               c10::Device device, LiveBytes* live) {
   for (const CompiledStep& s : steps) {
     KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
-                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok);
+                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok,
+                  s.inplace);
     std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
     if (!s.caller_autocast) no_autocast.emplace(c10::autocast_dispatch_keyset);
     try {
@@ -93,6 +131,12 @@ void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& 
           !(i < s.none_ok.size() && s.none_ok[i]))
         throw KernelError(s.node->describe() + ": kernel did not produce output " +
                           std::to_string(i));
+    if (live) {
+      for (ValueId v : s.outputs)
+        if (v != kNoValue) live->add(slots[v]);
+      live->sample();
+      for (ValueId v : s.free_after) live->remove(slots[v]);
+    }
     for (ValueId v : s.free_after) slots[v] = at::Tensor();
   }
 }

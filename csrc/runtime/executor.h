@@ -2,6 +2,10 @@
 // ValueId), then run as a flat loop that frees every buffer right after its last use.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +25,7 @@ struct CompiledStep {
   std::vector<ValueId> outputs;     // kNoValue: omitted, or produced but never read
   std::vector<ValueId> free_after;  // slots dropped right after this step
   std::vector<bool> none_ok;        // per output: may stay unset (a None gradient no node reads)
+  int inplace = -1;                 // Step::inplace: input whose buffer output 0 may take over
   bool caller_autocast = false;     // runs under the caller's autocast state (PythonOp, ATenOpGrad)
 };
 
@@ -32,10 +37,33 @@ std::vector<char> values_read(const Graph& g, const std::vector<ValueId>& extra_
 std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>& steps,
                                         const std::vector<char>& read);
 
+// Measures the activation bytes a run holds, with the planner's accounting (planner/memory.h):
+// unique buffers over the slots after each step's kernel, before its frees. Buffers marked
+// excluded (graph inputs, constants, incoming gradients — and views of them) are never counted.
+class LiveBytes {
+ public:
+  void exclude(const at::Tensor& t);
+  void exclude(const std::unordered_set<const void*>& buffers) { excluded_.insert(buffers.begin(), buffers.end()); }
+  const std::unordered_set<const void*>& excluded() const { return excluded_; }
+  void add(const at::Tensor& t);     // a slot now holds t
+  void remove(const at::Tensor& t);  // a slot dropped t
+  void sample() { peak_ = std::max(peak_, current_); }
+  int64_t current() const { return current_; }
+  int64_t peak() const { return peak_; }
+  // Bytes of the distinct, not excluded buffers among `tensors` (not added to the count).
+  int64_t unique_bytes(const std::vector<at::Tensor>& tensors) const;
+
+ private:
+  std::unordered_map<const void*, std::pair<int64_t, int64_t>> held_;  // buffer -> (slots, bytes)
+  std::unordered_set<const void*> excluded_;
+  int64_t current_ = 0, peak_ = 0;
+};
+
 // Runs the steps over `slots`. Kernel failures become KernelError naming the op and the node.
 // The graph already holds autocast's casts, so kernels run with autocast off; steps marked
 // caller_autocast run user code or PyTorch autograd and see the caller's state, as in eager.
+// `live` (optional) is told of every slot set and dropped, and sampled after each kernel.
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
-               c10::Device device);
+               c10::Device device, LiveBytes* live = nullptr);
 
 }  // namespace torch_ort

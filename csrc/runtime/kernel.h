@@ -22,9 +22,9 @@ class KernelCtx {
  public:
   KernelCtx(const Node& node, int64_t opset, c10::Device device, const ValueId* in, int n_in,
             const ValueId* out, int n_out, std::vector<at::Tensor>& slots,
-            const std::vector<bool>* none_ok = nullptr)
+            const std::vector<bool>* none_ok = nullptr, int inplace = -1)
       : node(node), attrs(node.attrs), opset(opset), device(device), in_(in), n_in_(n_in),
-        out_(out), n_out_(n_out), slots_(slots), none_ok_(none_ok) {}
+        out_(out), n_out_(n_out), slots_(slots), none_ok_(none_ok), inplace_(inplace) {}
 
   const Node& node;         // for error messages
   const Attributes& attrs;  // = node.attrs
@@ -50,6 +50,12 @@ class KernelCtx {
     return none_ok_ && i >= 0 && i < static_cast<int>(none_ok_->size()) && (*none_ok_)[i];
   }
 
+  // True when output 0 may be written over input i's buffer: the plan chose input i (its value
+  // dies at this step; Step::inplace), nothing but this step's slot holds the buffer, and it is a
+  // dense, contiguous tensor of `dtype` with `sizes` (the output's) on this run's device.
+  // Kernels that honour it compute the same values either way (same operation order).
+  bool may_overwrite_input(int i, c10::IntArrayRef sizes, at::ScalarType dtype) const;
+
   [[noreturn]] void fail(const std::string& msg) const;  // KernelError "<op> (node n): msg"
 
  private:
@@ -59,6 +65,7 @@ class KernelCtx {
   int n_out_;
   std::vector<at::Tensor>& slots_;
   const std::vector<bool>* none_ok_;
+  int inplace_;
 };
 
 class KernelRegistry {

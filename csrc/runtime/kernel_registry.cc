@@ -62,6 +62,17 @@ double KernelCtx::input_scalar(int i, double dflt) const {
   return t.item<double>();
 }
 
+bool KernelCtx::may_overwrite_input(int i, c10::IntArrayRef sizes, at::ScalarType dtype) const {
+  if (i != inplace_ || !has_input(i)) return false;
+  const at::Tensor& t = slots_[in_[i]];
+  // use_count 1: only the slot holds this tensor; the storage's 1: no view of it lives anywhere
+  // (a saved value, an output the caller holds, the cached zero of an absent gradient).
+  return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1 &&
+         t.device() == device && t.scalar_type() == dtype && t.sizes().equals(sizes) &&
+         t.is_contiguous() && t.layout() == at::kStrided && !t.is_neg() && !t.is_conj() &&
+         t.storage_offset() == 0 && t.storage().nbytes() == static_cast<size_t>(t.nbytes());
+}
+
 void KernelCtx::set_output(int i, at::Tensor t) {
   if (output_wanted(i)) slots_[out_[i]] = std::move(t);
 }

@@ -173,13 +173,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "skipped_functions", "comma list", frozenset(), _names,
              "fully qualified torch.autograd.Function classes the exporter inlines instead"),
     Variable("ORTMODULE_MEMORY_OPT_LEVEL", "memory_opt_level", "0|1|2", 0, _memory_level,
-             "0 user config only; 1 recompute per transformer layer; 2 also compromise plans "
-             "(validated; the recompute optimizer is not built yet and says so)"),
+             "recompute in backward instead of saving: 0 only ORTMODULE_MEMORY_OPT_CONFIG's plans; "
+             "1 every recompute plan inside a detected transformer layer; 2 also the compromise plans"),
     Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), _plans,
-             "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated "
-             "(validated; not acted on yet)"),
+             "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated, or a "
+             "JSON file of such strings; cluster ids are listed by the memory report (INFO)"),
     Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, _bool,
-             "log measured memory before and after forward and backward"),
+             "log measured memory (RSS, CUDA, the engine's activation bytes) before and after "
+             "forward and backward"),
     Variable("ORTMODULE_CACHE_DIR", "cache_dir", "path", None, _path,
              "cache exported graphs on disk: a later process with the same model and schema skips export"),
     Variable("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", "deepcopy_before_export", "bool", True, _bool,

@@ -1,11 +1,16 @@
-"""ORTMODULE_PRINT_MEMORY_STATS=1: measured memory before and after forward and backward."""
+"""Memory monitoring of one ORTModule: the memory report at INFO when a training engine first
+runs (predicted before the step), that step measured (INFO: measured against predicted), and
+ORTMODULE_PRINT_MEMORY_STATS=1: measured memory before and after forward and backward."""
 from __future__ import annotations
 
+import logging
 import os
 import resource
+from collections import OrderedDict
 
 import torch
 
+from torch_ort.ortmodule.memory import MemoryReport, _mib
 from torch_ort.ortmodule.options import LOGGER
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -20,13 +25,74 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-class MemoryReporter:
-    """One log line per phase: step, phase, RSS, peak RSS, and CUDA allocated/peak when in use."""
+_KEEP = 16  # engines whose last measurement is remembered (re-exports make new ones)
 
-    def __init__(self):
+
+class MemoryMonitor:
+    """hook(...) gives the bridge a `report(phase)` callable for the calls that need one — the
+    first training step of each engine, every step under ORTMODULE_PRINT_MEMORY_STATS — and None
+    otherwise, so that steady-state steps pay nothing."""
+
+    def __init__(self, settings):
+        self.print_stats = settings.print_memory_stats
+        self.level = settings.memory_opt_level
+        self.config = os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", "").strip()
         self.step = 0
+        self.last = None  # (engine, runner, sizes, number of user tensors) of the last training call
+        self._measured: OrderedDict = OrderedDict()  # id(engine) -> (engine, sizes, measured dict)
 
-    def report(self, phase: str) -> None:
+    def report_of(self, engine, runner, sizes, n_user: int | None = None) -> MemoryReport:
+        """The engine's report for inputs of these sizes (user tensors, then parameters)."""
+        sizes = [list(s) for s in sizes]
+        n_user = len(sizes) - len(runner.export.param_names) if n_user is None else n_user
+        names = engine.input_names
+        kept = self._measured.get(id(engine))
+        measured = kept[2] if kept and kept[0] is engine and kept[1] == sizes else None
+        return MemoryReport.from_engine(engine.memory_report(sizes),
+                                        dict(zip(names[:n_user], sizes[:n_user])), self.level,
+                                        self.config, measured)
+
+    def hook(self, engine, runner, tensors, training: bool):
+        sizes = [list(t.shape) for t in tensors]
+        kept = self._measured.get(id(engine))
+        first = training and (kept is None or kept[0] is not engine)
+        if training:
+            self.last = (engine, runner, sizes, len(tensors) - len(runner.export.param_names))
+        if not (first or self.print_stats):
+            if kept is not None and kept[2] is None:  # its first backward never ran
+                engine.set_memory_tracking(False)
+            return None
+        if first:
+            self._remember(engine, sizes, None)
+            if LOGGER.isEnabledFor(logging.INFO):
+                LOGGER.info("%s", self.report_of(*self.last).table())
+        engine.set_memory_tracking(True)
+
+        def report(phase: str) -> None:
+            if self.print_stats:
+                self._print(phase, engine)
+            if phase == "post-backward" or (phase == "post-forward" and not training):
+                measured = engine.measured_memory()
+                self._remember(engine, sizes, measured)
+                if first and training:
+                    predicted = engine.memory_report(sizes)["predicted"]["peak"]
+                    LOGGER.info("memory: first step measured peak %s of activations (forward %s, "
+                                "backward %s); predicted %s (%.2f× measured)", _mib(measured["peak"]),
+                                _mib(measured["forward_peak"]), _mib(measured["backward_peak"]),
+                                _mib(predicted), predicted / max(measured["peak"], 1))
+                if not self.print_stats:
+                    engine.set_memory_tracking(False)
+        return report
+
+    def _remember(self, engine, sizes, measured) -> None:
+        self._measured[id(engine)] = (engine, sizes, measured)
+        self._measured.move_to_end(id(engine))
+        while len(self._measured) > _KEEP:
+            self._measured.popitem(last=False)
+
+    def _print(self, phase: str, engine) -> None:
+        """One log line per phase: step, phase, RSS, peak RSS, CUDA allocated/peak when in use,
+        and after backward the activation bytes the engine measured in that step."""
         if phase == "pre-forward":
             self.step += 1
         mib = 1 << 20
@@ -35,4 +101,8 @@ class MemoryReporter:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             line += (f", cuda allocated {torch.cuda.memory_allocated() / mib:.1f} MiB, cuda peak "
                      f"{torch.cuda.max_memory_allocated() / mib:.1f} MiB")
+        m = engine.measured_memory()
+        if phase == "post-backward" and m["backward_peak"] >= 0:
+            line += (f", engine backward peak {_mib(m['backward_peak'])}, step peak "
+                     f"{_mib(m['peak'])}")
         LOGGER.warning(line)

@@ -23,8 +23,8 @@ from torch_ort.ortmodule.runner import GraphRunner, input_schema
 
 _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
-# Variables a later stage will act on (memory optimizer, compute optimizer).
-_NOT_ACTED_ON = ("memory_opt_level", "memory_opt_config", "compute_optimizer")
+# Variables a later stage will act on (compute optimizer).
+_NOT_ACTED_ON = ("compute_optimizer",)
 
 
 class ORTModule(torch.nn.Module):
@@ -46,7 +46,7 @@ class ORTModule(torch.nn.Module):
         self._stale: dict = {}    # key -> (runner, attributes set): compared when it re-exports
         self._changed: set = set()   # attributes set since the last call (re-export pending)
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
-        self._memory = memory_stats.MemoryReporter() if self._settings.print_memory_stats else None
+        self._memory = memory_stats.MemoryMonitor(self._settings)
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
@@ -184,7 +184,9 @@ class ORTModule(torch.nn.Module):
     def _count_export(self):
         self.export_count += 1
 
-    def _forward_engine(self, args, kwargs):
+    def _prepare(self, args, kwargs):
+        """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
+        runs nothing."""
         self._apply_model_changes()
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
@@ -217,7 +219,11 @@ class ORTModule(torch.nn.Module):
         if runner.engines_built != built:
             self.engine_build_count += runner.engines_built - built
             params = runner.params  # an ATen-fallback re-export may have rebound them
-        report = self._memory.report if self._memory else None
+        return runner, engine, tensors, params, training
+
+    def _forward_engine(self, args, kwargs):
+        runner, engine, tensors, params, training = self._prepare(args, kwargs)
+        report = self._memory.hook(engine, runner, [*tensors, *params], training)
         if report:
             report("pre-forward")
         if training:
@@ -229,3 +235,23 @@ class ORTModule(torch.nn.Module):
             report("post-forward")
         outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)
+
+    # --- memory -----------------------------------------------------------------------------
+    def memory_report(self, *args, **kwargs):
+        """The memory report (torch_ort.ortmodule.memory.MemoryReport): the predicted peak of a
+        training step for these inputs — known before the step runs: this exports and builds the
+        training engine if needed, and runs nothing — the recompute opportunities and their state,
+        and the measured peak once a step ran with inputs of these sizes. Without arguments: the
+        report of the last training call."""
+        if args or kwargs:
+            with torch.enable_grad():
+                runner, engine, tensors, params, training = self._prepare(args, kwargs)
+            if not training:
+                raise ValueError("memory_report: no input or parameter requires grad, so these "
+                                 "inputs run the inference engine; the report covers training")
+            return self._memory.report_of(engine, runner, [t.shape for t in (*tensors, *params)],
+                                          len(tensors))
+        if self._memory.last is None:
+            raise ValueError("memory_report(): no training call yet; pass example inputs "
+                             "(memory_report(*args, **kwargs)) to get the report before a step")
+        return self._memory.report_of(*self._memory.last)

@@ -166,8 +166,14 @@ class GraphRunner:
         _C = _load_extension()
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
+        st = self._settings
+        recompute = [(p.cluster, p.strategy, p.count) for p in st.memory_opt_config]
         try:
-            engine = _C.Engine(self.export.onnx_bytes, training, flags, self._disabled_passes())
+            # An unknown recompute cluster raises ValueError (listing the valid ids): a user error,
+            # never a fallback.
+            engine = _C.Engine(self.export.onnx_bytes, training, flags, self._disabled_passes(),
+                               st.memory_opt_level if training else 0,
+                               recompute if training else [])
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
                     "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
@@ -179,11 +185,11 @@ class GraphRunner:
         self.engines_built += 1
         stats = engine.stats()
         if training:
-            LOGGER.info("training graph: %d forward nodes, %d backward nodes; saved set: %d of %d "
-                        "forward values kept for backward (plus %d graph inputs)",
+            LOGGER.info("training graph: %d forward nodes, %d backward nodes (%d recomputed); saved "
+                        "set: %d of %d forward values kept for backward (plus %d graph inputs)",
                         stats["num_forward_nodes"], stats["num_backward_nodes"],
-                        stats["num_saved_activations"], stats["num_forward_values"],
-                        stats["num_saved"] - stats["num_saved_activations"])
+                        stats["recompute_nodes"], stats["num_saved_activations"],
+                        stats["num_forward_values"], stats["num_saved"] - stats["num_saved_activations"])
         else:
             LOGGER.info("inference graph: %d nodes", stats["num_forward_nodes"])
         if self._debug.save_onnx:

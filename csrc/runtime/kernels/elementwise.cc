@@ -45,17 +45,46 @@ std::pair<at::Tensor, at::Tensor> operands(const KernelCtx& c, int i = 0, int j 
 template <at::Tensor (*F)(const at::Tensor&)>
 void unary(KernelCtx& c) { c.set_output(0, F(c.input(0))); }
 
-void add_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::add(a, b)); }
-void sub_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::sub(a, b)); }
-void mul_kernel(KernelCtx& c) { auto [a, b] = operands(c); c.set_output(0, at::mul(a, b)); }
+// The operand whose buffer the result may overwrite (the plan's in-place choice, checked again
+// by may_overwrite_input), or -1. Asked before the kernel copies any operand handle, so that the
+// slot is the only holder. `commutative`: operand 1 qualifies too (a+b and b+a, a·b and b·a are
+// the same IEEE result, so either way gives identical values).
+int overwritable(const KernelCtx& c, bool commutative) {
+  const at::Tensor& a = c.input(0);
+  const at::Tensor& b = c.input(1);
+  if (a.scalar_type() != b.scalar_type() || !at::isFloatingType(a.scalar_type())) return -1;
+  const std::vector<int64_t> sizes = at::infer_size(a.sizes(), b.sizes());
+  if (c.may_overwrite_input(0, sizes, a.scalar_type())) return 0;
+  if (commutative && c.may_overwrite_input(1, sizes, b.scalar_type())) return 1;
+  return -1;
+}
+
+void add_kernel(KernelCtx& c) {
+  const int into = overwritable(c, true);
+  auto [a, b] = operands(c);
+  c.set_output(0, into == 0 ? a.add_(b) : into == 1 ? b.add_(a) : at::add(a, b));
+}
+
+void mul_kernel(KernelCtx& c) {
+  const int into = overwritable(c, true);
+  auto [a, b] = operands(c);
+  c.set_output(0, into == 0 ? a.mul_(b) : into == 1 ? b.mul_(a) : at::mul(a, b));
+}
+
+void sub_kernel(KernelCtx& c) {
+  const int into = overwritable(c, false);
+  auto [a, b] = operands(c);
+  c.set_output(0, into == 0 ? a.sub_(b) : at::sub(a, b));
+}
 
 void div_kernel(KernelCtx& c) {
+  const int into = overwritable(c, false);  // floating operands only
   auto [a, b] = operands(c);
   // ONNX integer Div truncates toward zero (C semantics); ATen's true division would not.
   if (at::isIntegralType(a.scalar_type(), /*includeBool=*/true))
     c.set_output(0, at::div(a, b, "trunc"));
   else
-    c.set_output(0, at::div(a, b));
+    c.set_output(0, into == 0 ? a.div_(b) : at::div(a, b));
 }
 
 void pow_kernel(KernelCtx& c) {
@@ -87,18 +116,23 @@ void cast_kernel(KernelCtx& c) {
 
 void sum_kernel(KernelCtx& c) {
   // Variadic with broadcasting; a single operand passes through. Absent output gradients (zero
-  // views, common.h) are skipped where the sum's shape does not depend on them.
+  // views, common.h) are skipped where the sum's shape does not depend on them. Summed in operand
+  // order either way; into operand 0's buffer when the plan allows it (asked before any handle
+  // of it is copied).
   if (c.num_inputs() == 0) c.fail("needs at least one input");
+  std::vector<int64_t> shape = c.input(0).sizes().vec();
+  for (int i = 1; i < c.num_inputs(); ++i) shape = at::infer_size(shape, c.input(i).sizes());
+  const bool in_place = c.num_inputs() > 1 && at::isFloatingType(c.input(0).scalar_type()) &&
+                        c.may_overwrite_input(0, shape, c.input(0).scalar_type());
   std::vector<at::Tensor> terms;
-  std::vector<int64_t> shape;
-  for (int i = 0; i < c.num_inputs(); ++i) {
-    const at::Tensor& t = c.input(i);
-    shape = shape.empty() && i == 0 ? t.sizes().vec() : at::infer_size(shape, t.sizes());
-    if (!is_absent_gradient(t)) terms.push_back(t);
-  }
+  for (int i = 0; i < c.num_inputs(); ++i)
+    if (!is_absent_gradient(c.input(i))) terms.push_back(c.input(i));
   if (terms.empty()) return c.set_output(0, c.input(0).expand(shape));
   at::Tensor acc = terms[0];
-  for (size_t i = 1; i < terms.size(); ++i) acc = at::add(acc, on_device_of(terms[i], acc));
+  for (size_t i = 1; i < terms.size(); ++i) {
+    const at::Tensor t = on_device_of(terms[i], acc);
+    acc = in_place ? acc.add_(t) : at::add(acc, t);
+  }
   if (!acc.sizes().equals(shape)) acc = at::add(acc, absent_gradient(shape, acc.options()));  // grow
   c.set_output(0, acc);
 }
