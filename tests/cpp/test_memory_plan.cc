@@ -178,8 +178,42 @@ TEST(MemoryLayout, ViewStridesFollowATenComputeStride) {
   // A transposed [B,H,T,D] seen as [B,T,H,D]: merging H and D needs a copy.
   EXPECT_FALSE(view_strides(S({"B", "T", "4", "8"}), S({"32*T", "8", "8*T", "1"}),
                             S({"B", "T", "32"})));
+  // empty_like keeps the stride order: a transposed Split piece gives a (B, T, H, D) buffer.
+  EXPECT_EQ(text(dense_like(S({"B", "4", "T", "8"}), S({"96*T", "8", "96", "1"}))),
+            "32*T,8,32,1");
+  EXPECT_EQ(text(dense_like(S({"B", "4", "T", "8"}), S({"32*T", "8*T", "8", "1"}))),
+            "32*T,8*T,8,1");
+  EXPECT_FALSE(dense_like(S({"A", "B"}), S({"B", "A"}))) << "order not provable";
   EXPECT_TRUE(is_row_major(S({"8*T", "8", "1"}), S({"B", "T", "8"})));
   EXPECT_TRUE(is_row_major(S({"5", "8", "1"}), S({"1", "T", "8"}))) << "size-1 dims: any stride";
+}
+
+// Fused attention allocates Y like Q: with Q transposed from (B, T, H, D), Y transposed back is
+// contiguous and the Reshape to (B, T, C) is a view (one buffer for Y and the merged heads).
+TEST(MemoryLayout, AttentionOutputFollowsTheQueryLayout) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,seq,96]");
+  const auto parts = b.node("Split", {b.op("Relu", {x})}, A({{"axis", int64_t{2}}}), 3);
+  std::vector<ValueId> heads;
+  for (ValueId p : parts)
+    heads.push_back(b.op("Transpose", {b.op("Reshape", {p, b.ints({0, 0, 4, 8})})},
+                         A({{"perm", std::vector<int64_t>{0, 2, 1, 3}}})));
+  const auto att = b.node("Attention", heads, {}, 2, kOurDomain, {"[batch,4,seq,8]", "[batch,4,seq]"});
+  const ValueId yt = b.op("Transpose", {att[0]}, A({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  const ValueId merged = b.op("Reshape", {yt, b.ints({0, 0, 32})});
+  const auto contiguous_q = b.node("Attention", {b.op("Relu", {heads[0]}), heads[1], heads[2]}, {},
+                                   2, kOurDomain, {"[batch,4,seq,8]", "[batch,4,seq]"});
+  const ValueId merged2 = b.op("Reshape", {b.op("Transpose", {contiguous_q[0]},
+                                                A({{"perm", std::vector<int64_t>{0, 2, 1, 3}}})),
+                                          b.ints({0, 0, 32})});
+  infer_shapes(b.g);
+  ASSERT_EQ(b.shape(merged), "[batch,seq,32]");
+  const auto l = value_layouts(b.g);
+  EXPECT_FALSE(l[att[0]].contiguous);
+  EXPECT_TRUE(l[yt].contiguous);
+  EXPECT_EQ(l[merged].base, att[0]) << "a view, as at::reshape gives it";
+  EXPECT_TRUE(l[contiguous_q[0]].contiguous) << "a contiguous Q gives a contiguous Y";
+  EXPECT_EQ(l[merged2].base, merged2) << "which then needs a copy";
 }
 
 TEST(MemoryTimeline, SavedViewOfASavedValueIsOneBuffer) {

@@ -1,6 +1,8 @@
 // Symbolic strides (see strides.h).
 #include "csrc/core/planner/strides.h"
 
+#include <utility>
+
 namespace torch_ort {
 
 bool same_expr(const SymExpr& a, const SymExpr& b) { return a.terms == b.terms; }
@@ -36,6 +38,42 @@ bool is_row_major(const SymSizes& strides, const SymSizes& sizes) {
     expected = expected * sizes[k];
   }
   return true;
+}
+
+namespace {
+// a >= b for every size >= 1: a - b is a polynomial with non-negative non-constant coefficients
+// that is >= 0 when every size is 1.
+bool provably_ge(const SymExpr& a, const SymExpr& b) {
+  const SymExpr d = a - b;
+  int64_t at_one = 0;
+  for (const auto& [factors, c] : d.terms) {
+    if (!factors.empty() && c < 0) return false;
+    at_one += c;
+  }
+  return at_one >= 0;
+}
+}  // namespace
+
+std::optional<SymSizes> dense_like(const SymSizes& sizes, const SymSizes& strides) {
+  // Dims outermost first (strides descending); insertion sort as ATen's, size-1 dims stay put.
+  std::vector<size_t> order(sizes.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  for (size_t i = 1; i < order.size(); ++i)
+    for (size_t j = i; j > 0; --j) {
+      const size_t a = order[j - 1], b = order[j];
+      if (is_one(sizes[a]) || is_one(sizes[b])) break;
+      const bool ge = provably_ge(strides[a], strides[b]), le = provably_ge(strides[b], strides[a]);
+      if (!ge && !le) return std::nullopt;  // order unknown
+      if (ge) break;
+      std::swap(order[j - 1], order[j]);
+    }
+  SymSizes out(sizes.size());
+  SymExpr acc = SymExpr::constant(1);
+  for (size_t i = order.size(); i-- > 0;) {
+    out[order[i]] = acc;
+    acc = acc * sizes[order[i]];
+  }
+  return out;
 }
 
 std::optional<SymSizes> view_strides(const SymSizes& old_sizes, const SymSizes& old_strides,

@@ -21,6 +21,9 @@ std::optional<SymSizes> sizes_of(const Graph& g, ValueId v);
 SymSizes row_major(const SymSizes& sizes);  // the strides of a fresh contiguous tensor
 // at::Tensor::is_contiguous: row-major, size-1 dims may have any stride.
 bool is_row_major(const SymSizes& strides, const SymSizes& sizes);
+// The strides at::empty_like (preserve_format) gives a tensor of these sizes and strides: dense,
+// its dims in the same stride order; nullopt when that order is not provable.
+std::optional<SymSizes> dense_like(const SymSizes& sizes, const SymSizes& strides);
 // ATen's computeStride: the strides of a view with `shape` over (old_sizes, old_strides), or
 // nullopt when at::reshape would copy (or when that is not provable).
 std::optional<SymSizes> view_strides(const SymSizes& old_sizes, const SymSizes& old_strides,
