@@ -236,7 +236,7 @@ def main() -> None:
                                                   args.max_probes)
             print(f"[memory] {case}/{variant}: largest batch under {plan['cap_gb']:g} GiB "
                   f"{entry['cap'][variant]['largest']}", flush=True)
-        save_partial(result, args.out)
+            save_partial(result, args.out)
     print("\n".join(write(result, args.out)))
     os.remove(os.path.join(args.out, "memory.partial.json"))
 
