@@ -34,6 +34,7 @@ namespace {
 struct Buffers {
   std::vector<ValueId> base;
   std::vector<char> counted;  // per base: an activation (not an input, constant or dY)
+  std::vector<char> constant; // per value: an initializer or a Constant node's output
   std::vector<SymExpr> bytes; // per base
   std::vector<std::string> unknown;
 
@@ -58,9 +59,13 @@ Buffers buffers_of(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
       }
   for (ValueId v = 0; v < g.num_values(); ++v) b.base[v] = moved[b.base[v]];
   b.counted.assign(g.num_values(), 1);
+  b.constant.assign(g.num_values(), 0);
   for (ValueId v : g.inputs) b.counted[v] = 0;
   for (ValueId v = 0; v < g.num_values(); ++v)
-    if (layout[v].constant) b.counted[v] = 0;
+    if (layout[v].constant) {
+      b.counted[v] = 0;
+      b.constant[v] = 1;
+    }
   if (tg)
     for (ValueId v : tg->grad_of_outputs)
       if (v != kNoValue) b.counted[v] = 0;
@@ -113,13 +118,13 @@ MemoryTimeline memory_timeline(const Graph& g, const Plan& plan, const TrainingG
   t.unknown = b.unknown;
   for (const auto& [v, data] : g.initializers)
     t.constants = t.constants + SymExpr::constant(static_cast<int64_t>(data.raw.size()));
-  for (const Node& n : g.nodes)
-    if (n.op_type == "Constant" && n.domain.empty() && n.inputs.empty() && !n.outputs.empty() &&
-        n.outputs[0] != kNoValue) {
-      SymExpr e;
-      if (value_bytes(g, n.outputs[0], &e)) t.constants = t.constants + e;
-      else t.unknown.push_back(g.value(n.outputs[0]).name);
-    }
+  for (const Node& n : g.nodes)  // Constant nodes: evaluated once by the engine
+    for (ValueId v : n.outputs)
+      if (v != kNoValue && b.constant[v] && b.base[v] == v) {
+        SymExpr e;
+        if (value_bytes(g, v, &e)) t.constants = t.constants + e;
+        else t.unknown.push_back(g.value(v).name);
+      }
 
   LiveSet forward(b);
   for (const Step& s : plan.forward) t.forward_live.push_back(forward.run(g, s));

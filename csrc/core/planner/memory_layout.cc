@@ -16,6 +16,9 @@
 //   - pass-throughs decided at run time (Dropout's training_mode or ratio not constant) are
 //     taken as new buffers; Sum passes an operand through when the others are absent output
 //     gradients (autograd's None, per call): not modelled.
+//   - fused attention: Y and dQ/dK/dV are laid out like Q/K/V (CPU flash attention's empty_like;
+//     CUDA's memory-efficient kernel always gives (B, L, H, D) storage — the same for the usual
+//     transposed Q, not for a contiguous one, where the CUDA Reshape after it is a view).
 //   - a kernel returning a view of its own larger scratch (Conv's crop, attention's narrowed
 //     statistics) is counted at the value's bytes, not the scratch's.
 #include <algorithm>
