@@ -27,7 +27,7 @@ class RecomputeRow:
     enabled: int              # how many of them are recomputed
     bytes_saved_each: int     # for this report's input sizes (-1: a size was unknown)
     bytes_saved_formula: str  # in the input dims: "4*input_ids_dim0*input_ids_dim1*1536"
-    layers: tuple = ()        # transformer layer of each occurrence (-1: outside every layer)
+    layers: tuple = ()        # layer (residual branch) of each occurrence; -1: outside every layer
 
     @property
     def bytes_saved(self) -> int:
@@ -52,7 +52,7 @@ class MemoryReport:
     rows: list = field(default_factory=list)
     level: int = 0
     config: str = ""
-    num_layers: int = 0
+    num_layers: int = 0       # residual branches found (two per pre-LN transformer block)
     nodes_cloned: int = 0
     unknown_values: list = field(default_factory=list)
     measured: dict | None = None
@@ -75,7 +75,7 @@ class MemoryReport:
         sizes = ", ".join(f"{k} {list(v)}" for k, v in self.input_sizes.items())
         lines = [f"Memory report (ORTMODULE_MEMORY_OPT_LEVEL={self.level}"
                  + (f", ORTMODULE_MEMORY_OPT_CONFIG={self.config}" if self.config else "")
-                 + f"; {self.num_layers} transformer layers detected; {self.nodes_cloned} nodes "
+                 + f"; {self.num_layers} layers (residual branches) detected; {self.nodes_cloned} nodes "
                  f"recomputed in backward) for inputs {sizes}"]
         if self.rows:
             width = max(28, *(len(r.cluster) for r in self.rows))
