@@ -235,9 +235,9 @@ def test_disabled_passes_reach_the_engine(monkeypatch, env, off):
     built = []
     real = _C.Engine
 
-    def spy(onnx_bytes, training, flags, disabled_passes=()):
+    def spy(onnx_bytes, training, flags, disabled_passes=(), *memory):
         built.append(sorted(disabled_passes))
-        return real(onnx_bytes, training, flags, disabled_passes)
+        return real(onnx_bytes, training, flags, disabled_passes, *memory)
     monkeypatch.setattr(_C, "Engine", spy)
     ORTModule(Small())(torch.randn(2, 4)).backward()
     assert built == [sorted(off & set(torch_ort.pass_names()))]

@@ -38,30 +38,31 @@ class MemoryMonitor:
         self.level = settings.memory_opt_level
         self.config = os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", "").strip()
         self.step = 0
-        self.last = None  # (engine, runner, sizes, number of user tensors) of the last training call
+        self.last = None  # (engine, runner, user input sizes) of the last training call
         self._measured: OrderedDict = OrderedDict()  # id(engine) -> (engine, sizes, measured dict)
 
-    def report_of(self, engine, runner, sizes, n_user: int | None = None) -> MemoryReport:
-        """The engine's report for inputs of these sizes (user tensors, then parameters)."""
-        sizes = [list(s) for s in sizes]
-        n_user = len(sizes) - len(runner.export.param_names) if n_user is None else n_user
-        names = engine.input_names
+    def report_of(self, engine, runner, user_sizes) -> MemoryReport:
+        """The engine's report for user inputs of these sizes (the parameters' come from the
+        runner: an export fixes them)."""
+        user_sizes = [list(s) for s in user_sizes]
+        sizes = user_sizes + [list(p.shape) for p in runner.params]
         kept = self._measured.get(id(engine))
         measured = kept[2] if kept and kept[0] is engine and kept[1] == sizes else None
         return MemoryReport.from_engine(engine.memory_report(sizes),
-                                        dict(zip(names[:n_user], sizes[:n_user])), self.level,
+                                        dict(zip(engine.input_names, user_sizes)), self.level,
                                         self.config, measured)
 
     def hook(self, engine, runner, tensors, training: bool):
-        sizes = [list(t.shape) for t in tensors]
+        """`tensors`: the call's user tensors (parameters are the runner's)."""
         kept = self._measured.get(id(engine))
         first = training and (kept is None or kept[0] is not engine)
         if training:
-            self.last = (engine, runner, sizes, len(tensors) - len(runner.export.param_names))
+            self.last = (engine, runner, [t.shape for t in tensors])
         if not (first or self.print_stats):
             if kept is not None and kept[2] is None:  # its first backward never ran
                 engine.set_memory_tracking(False)
             return None
+        sizes = [list(t.shape) for t in tensors] + [list(p.shape) for p in runner.params]
         if first:
             self._remember(engine, sizes, None)
             if LOGGER.isEnabledFor(logging.INFO):

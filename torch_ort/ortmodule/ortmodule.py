@@ -223,7 +223,7 @@ class ORTModule(torch.nn.Module):
 
     def _forward_engine(self, args, kwargs):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
-        report = self._memory.hook(engine, runner, [*tensors, *params], training)
+        report = self._memory.hook(engine, runner, tensors, training)
         if report:
             report("pre-forward")
         if training:
@@ -249,8 +249,7 @@ class ORTModule(torch.nn.Module):
             if not training:
                 raise ValueError("memory_report: no input or parameter requires grad, so these "
                                  "inputs run the inference engine; the report covers training")
-            return self._memory.report_of(engine, runner, [t.shape for t in (*tensors, *params)],
-                                          len(tensors))
+            return self._memory.report_of(engine, runner, [t.shape for t in tensors])
         if self._memory.last is None:
             raise ValueError("memory_report(): no training call yet; pass example inputs "
                              "(memory_report(*args, **kwargs)) to get the report before a step")
