@@ -129,16 +129,33 @@ def _time_goal(entry: dict, label: str) -> Goal:
             f"≤ {_pct(LEVEL1_EXTRA_TIME)}", None if extra is None else extra <= LEVEL1_EXTRA_TIME)
 
 
+def _bounds(s: dict) -> tuple[int, float]:
+    """(lowest, highest) the largest batch can be: a search stopped early leaves a range."""
+    high = s["first_not_fitting"] - 1 if s.get("first_not_fitting") else float("inf")
+    return s["largest"], (s["largest"] if s["exact"] else high)
+
+
+def _range(s: dict) -> str:
+    low, high = _bounds(s)
+    return f"{low}" if low == high else f"{low}–{high:g}" if high != float("inf") else f"≥ {low}"
+
+
 def _cap_goal(entry: dict, label: str) -> Goal:
-    """The best ORTModule level's largest batch under the cap ÷ eager's."""
+    """The best ORTModule level's largest batch under the cap ÷ eager's; a search stopped by its
+    probe limit gives a range, and the goal is undecided when the range straddles the target."""
     cap = entry.get("cap") or {}
-    eager = (cap.get("eager") or {}).get("largest")
-    found = [(cap[v]["largest"], v) for v in ORT if (cap.get(v) or {}).get("largest")]
-    best, variant = max(found, default=(None, None))
-    ratio = _div(best, eager)
-    return (f"{label}: largest batch under {entry['plan']['cap_gb']:g} GiB, best level ÷ eager's",
-            "-" if ratio is None else f"{ratio:.2f}× ({LABELS[variant]} {best}, eager {eager})",
-            f"≥ {CAP_GOAL:.1f}×", None if ratio is None else ratio >= CAP_GOAL)
+    goal = f"{label}: largest batch under {entry['plan']['cap_gb']:g} GiB, best level ÷ eager's"
+    found = [(_bounds(cap[v]), v) for v in ORT if (cap.get(v) or {}).get("largest")]
+    if not found or not (cap.get("eager") or {}).get("largest"):
+        return goal, "-", f"≥ {CAP_GOAL:.1f}×", None
+    (best_low, best_high), variant = max(found)
+    eager_low, eager_high = _bounds(cap["eager"])
+    low, high = best_low / eager_high, best_high / eager_low
+    ratio = (f"{low:.2f}×" if low == high else f"≥ {low:.2f}×" if high == float("inf")
+             else f"{low:.2f}–{high:.2f}×")
+    met = True if low >= CAP_GOAL else False if high < CAP_GOAL else "undecided"
+    return (goal, f"{ratio} ({LABELS[variant]} {_range(cap[variant])}, eager {_range(cap['eager'])})",
+            f"≥ {CAP_GOAL:.1f}×", met)
 
 
 def goals(result: dict) -> list[Goal]:
@@ -194,7 +211,7 @@ def _cap_table(entry: dict) -> list[str]:
              "above reused as probes." + (f" Not searched: {skipped}." if skipped else ""), "",
              "| variant | largest batch | × eager's | probes (batch: peak RSS, fits) |", "|---|---|---|---|"]
     for variant, s in cap.items():
-        largest = "-" if s["largest"] is None else f"{s['largest']}" + ("" if s["exact"] else " (≥)")
+        largest = "-" if s["largest"] is None else _range(s)
         if s.get("stopped"):
             largest += f" ({s['stopped'][:120]})"
         probes = [f"{p['batch']}: " + (f"error {p['error'][:60]}" if "error" in p else
@@ -225,7 +242,8 @@ def _rss_methods(result: dict) -> str:
 
 
 def markdown(result: dict) -> list[str]:
-    verdict = {True: "met", False: "not met", None: "not measured"}
+    verdict = {True: "met", False: "not met", None: "not measured",
+               "undecided": "undecided (the searches stopped at their probe limit)"}
     malloc = ", ".join(f"{k}={v}" for k, v in result.get("malloc", {}).items()) or "glibc's defaults"
     lines = [f"# Memory benchmark (issue 7), {result['date']}", "",
              f"Machine: {result['machine']}; {result['cpu']}. Command: `{result.get('command', '-')}`. Each "

@@ -83,6 +83,18 @@ def test_goals_judge_each_figure():
         "2.20× (ORTModule level 1 44, eager 20)", True)
 
 
+def test_cap_goal_is_undecided_when_the_ranges_straddle_it():
+    result = fabricated()
+    cap = result["cases"]["baby"]["cap"]
+    cap["eager"].update(exact=False, first_not_fitting=30, stopped="probe limit (4) reached")  # 20–29
+    goal = memory_render.goals(result)[-1]
+    assert goal[1:] == ("1.52–2.20× (ORTModule level 1 44, eager 20–29)", "≥ 2.0×", "undecided")
+    cap["ort1"].update(exact=False, first_not_fitting=None)  # ≥ 44; stopped at its limit too
+    cap["eager"].update(first_not_fitting=21)
+    assert memory_render.goals(result)[-1][1:] == ("≥ 2.20× (ORTModule level 1 ≥ 44, eager 20)", "≥ 2.0×", True)
+    assert "| eager | 20 (probe limit (4) reached) | 1.00× |" in "\n".join(memory_render.markdown(result))
+
+
 def test_markdown_and_files(tmp_path):
     lines = memory_render.write(fabricated(), str(tmp_path))
     text = "\n".join(lines)
