@@ -37,7 +37,9 @@ bool recomputable(const Node& n) {
       "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Gather",
       "Expand", "Concat", "Range", "ConstantOfShape",
       // heavier: normalisation, GEMMs, softmax
-      "LayerNormalization", "MatMul", "Gemm", "Softmax", "LogSoftmax"};
+      "LayerNormalization", "MatMul", "Gemm", "Softmax", "LogSoftmax",
+      // the loss: its log-probabilities (B·T·vocab) from the logits (a graph output)
+      "SoftmaxCrossEntropyLoss"};
   static const std::set<std::string> ours = {"BiasGelu", "FusedElementwise", "SkipLayerNorm",
                                              "FusedMatMul", "Attention"};
   if (n.domain.empty() || n.domain == "ai.onnx") return onnx.count(n.op_type) > 0;
@@ -244,6 +246,16 @@ int layer_of(const Facts& f, const std::vector<int64_t>& boundary_pos, NodeId ro
   return layer;
 }
 
+// Every value `nodes` read from outside them is an input, constant or graph output.
+bool reads_only_cheap(const Facts& f, const std::vector<NodeId>& nodes) {
+  for (NodeId n : nodes)
+    for (ValueId u : f.g.nodes[n].inputs)
+      if (u != kNoValue && !f.cheap[u] &&
+          !std::binary_search(nodes.begin(), nodes.end(), f.idx.producer[u]))
+        return false;
+  return true;
+}
+
 }  // namespace
 
 int64_t RecomputeOpportunity::enabled_count() const {
@@ -281,6 +293,7 @@ RecomputeResult analyze_recompute(const TrainingGraph& tg) {
     occ.subgraph = w.nodes;
     occ.new_saved = w.frontier;
     occ.layer = layer;
+    occ.standalone = layer < 0 && strategy == 1 && reads_only_cheap(f, w.nodes);
     r.opportunities[it->second].occurrences.push_back(std::move(occ));
   };
 

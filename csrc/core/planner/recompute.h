@@ -27,7 +27,9 @@
 // detected transformer layer (layer-boundary values — the residual stream — stay saved, so a
 // layer's backward recomputes that layer only; an occurrence whose subgraph reads an activation
 // another layer drops stays off, e.g. a pre-LN SkipLayerNorm's normalised output, which needs the
-// previous layer's branch); 2 also the strategy-2 ones. A config entry decides its cluster alone,
+// previous layer's branch), and every strategy-1 opportunity outside the layers whose subgraph
+// reads only graph inputs, constants and graph outputs (the loss's log-probabilities, recomputed
+// from the logits the caller holds anyway); 2 also the strategy-2 ones. A config entry decides its cluster alone,
 // whatever the level: strategy 0 turns it off, 1 or 2 turns on the first `count` occurrences of
 // that strategy. An activation gets one plan: strategy 1 over 2.
 #pragma once
@@ -56,6 +58,9 @@ struct RecomputeOccurrence {
   std::vector<NodeId> subgraph;    // forward nodes cloned to recompute it, in forward order
   std::vector<ValueId> new_saved;  // strategy 2: forward values kept instead (empty for 1)
   int layer = -1;                  // transformer layer it lies in, -1 outside every layer
+  // Outside the layers, reading only graph inputs, constants and graph outputs: nothing to chain
+  // through, so levels >= 1 take it like a layer's.
+  bool standalone = false;
   bool enabled = false;
 };
 

@@ -75,7 +75,8 @@ void keep_layers_apart(RecomputeResult& r, const Graph& g) {
         auto it = dropped_in.find(u);
         if (it != dropped_in.end() && it->second != occ->layer) occ->enabled = false;
       }
-    if (!occ->enabled) continue;
+    // A standalone clone reads only inputs, constants and outputs: no chain through it.
+    if (!occ->enabled || occ->standalone) continue;
     dropped_in[occ->activation] = occ->layer;
     for (ValueId v : occ->more_activations) dropped_in[v] = occ->layer;
   }
@@ -85,7 +86,8 @@ void keep_layers_apart(RecomputeResult& r, const Graph& g) {
 void select(RecomputeResult& r, const Graph& g, int level, const std::vector<RecomputeRequest>& requests) {
   validate(r, level, requests);
   for (RecomputeOpportunity& o : r.opportunities)
-    for (RecomputeOccurrence& occ : o.occurrences) occ.enabled = o.strategy <= level && occ.layer >= 0;
+    for (RecomputeOccurrence& occ : o.occurrences)
+      occ.enabled = o.strategy <= level && (occ.layer >= 0 || occ.standalone);
   one_plan_per_activation(r);
   keep_layers_apart(r, g);
   // A request decides its cluster alone: off first, then its first `count` occurrences on.
