@@ -144,6 +144,19 @@ def largest_batch(runner: Runner, case: str, variant: str, cap_gb: float, known:
             "probes": probes, "known_from_sweep": known, **({"stopped": error} if error else {})}
 
 
+def earlier_probes(path: str, case: str, variant: str) -> dict:
+    """batch -> peak RSS (MiB; inf for a probe killed past its cap) of an earlier run's sweep and
+    probes of this case and variant, for --known-from (same cap, or the kills mean nothing)."""
+    with open(path) as f:
+        entry = json.load(f)["cases"].get(case, {})
+    search = (entry.get("cap") or {}).get(variant, {})
+    known = {int(b): peak for b, peak in search.get("known_from_sweep", {}).items()}
+    for p in search.get("probes", []):
+        if "peak_rss_mib" in p or "killed" in p:
+            known[p["batch"]] = p["peak_rss_mib"] if p.get("peak_rss_mib") else float("inf")
+    return known
+
+
 def save_partial(result: dict, out_dir: str) -> None:
     """memory.partial.json: what ran so far, for --from-json should a later process take it down."""
     os.makedirs(out_dir, exist_ok=True)
@@ -170,6 +183,7 @@ def main() -> None:
     parser.add_argument("--cap-variants", help="comma list searched (default: all but PLANS' cap_skip)")
     parser.add_argument("--max-probes", type=int, default=6, help="new processes per variant and cap")
     parser.add_argument("--no-cap", action="store_true", help="skip the largest-batch search")
+    parser.add_argument("--known-from", help="a memory.json whose probes and sweep seed the search")
     parser.add_argument("--steps", type=int, help="timed steps (default: PLANS, 5 baby, 2 gpt2)")
     parser.add_argument("--warmup", type=int, help="warm-up steps after the first")
     parser.add_argument("--malloc", choices=sorted(MALLOC), default="mmap", help="glibc setting")
@@ -232,6 +246,8 @@ def main() -> None:
                 continue
             known = {int(b): r["process_peak_rss_mib"] for b, r in entry["sweep"].get(variant, {}).items()
                      if "error" not in r}
+            if args.known_from:
+                known = dict(earlier_probes(args.known_from, case, variant), **known)
             entry["cap"][variant] = largest_batch(runner, case, variant, plan["cap_gb"], known,
                                                   args.max_probes)
             print(f"[memory] {case}/{variant}: largest batch under {plan['cap_gb']:g} GiB "

@@ -207,8 +207,8 @@ def _cap_table(entry: dict) -> list[str]:
     eager = (cap.get("eager") or {}).get("largest")
     skipped = ", ".join(LABELS[v] for v in entry["sweep"] if v not in cap)
     lines = ["", f"Largest batch whose process peak RSS (export or compilation included) stays under "
-             f"{plan['cap_gb']:g} GiB: doubling, then bisection; two steps per probe, the sweep's processes "
-             "above reused as probes." + (f" Not searched: {skipped}." if skipped else ""), "",
+             f"{plan['cap_gb']:g} GiB: doubling, then bisection; two steps per probe; the sweep's processes "
+             "above (and, with --known-from, an earlier run's probes) count as probes too." + (f" Not searched: {skipped}." if skipped else ""), "",
              "| variant | largest batch | × eager's | probes (batch: peak RSS, fits) |", "|---|---|---|---|"]
     for variant, s in cap.items():
         largest = "-" if s["largest"] is None else _range(s)
@@ -218,9 +218,11 @@ def _cap_table(entry: dict) -> list[str]:
                                        "killed past the cap ✗" if "killed" in p else
                                        f"{_mib(p['peak_rss_mib'])} {'✓' if p['fits'] else '✗'}")
                   for p in s["probes"]]
-        known = [f"{b}: {_mib(m)}" for b, m in sorted(s["known_from_sweep"].items(), key=lambda x: int(x[0]))]
+        known = [f"{b}: " + ("killed past the cap" if m == float("inf") else _mib(m))
+                 for b, m in sorted(s["known_from_sweep"].items(), key=lambda x: int(x[0]))]
         lines.append(f"| {LABELS[variant]} | {largest} | {_x(_div(s['largest'], eager))} | "
-                     + (", ".join(probes) or "-") + (f" (sweep: {', '.join(known)})" if known else "") + " |")
+                     + (", ".join(probes) or "-") + (f" (known before: {', '.join(known)})" if known else "")
+                     + " |")
     return lines
 
 
@@ -319,13 +321,15 @@ def chart(result: dict, path: str) -> None:
 
 
 def merge(results: list[dict]) -> dict:
-    """One result with every case and variant of `results` (runs of different variants combine; a
-    later file's row replaces an earlier one's). The header is the first file's."""
+    """One result with every case, variant and batch of `results` (runs of different variants or
+    batches combine; a later file's row or search replaces an earlier one's). The header is the
+    first file's."""
     merged = dict(results[0], cases={})
     for r in results:
         for case, entry in r["cases"].items():
             into = merged["cases"].setdefault(case, dict(entry, sweep={}, cap=None))
-            into["sweep"].update(entry.get("sweep", {}))
+            for variant, rows in entry.get("sweep", {}).items():
+                into["sweep"].setdefault(variant, {}).update(rows)
             if entry.get("cap") is not None:
                 into["cap"] = dict(into["cap"] or {}, **entry["cap"])
     if len(results) > 1:
