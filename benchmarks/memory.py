@@ -215,7 +215,7 @@ def main() -> None:
         unknown = [n for n in names if n not in known]
         if unknown:
             parser.error(f"unknown {unknown}; choose from {','.join(known)}")
-    batches = _per_case(args.batches, lambda s: [int(b) for b in s.split(",")])
+    batches = _per_case(args.batches, lambda s: [int(b) for b in s.split(",") if b])  # baby= : none
     caps = _per_case(args.cap_gb, float)
     import psutil
     args.max_rss_gb = args.max_rss_gb or 0.8 * psutil.virtual_memory().total / 2**30
@@ -239,7 +239,8 @@ def main() -> None:
             continue
         entry["cap"] = {}
         for variant in cap_variants:
-            if variant in entry["sweep"] and all("error" in r for r in entry["sweep"][variant].values()):
+            rows = entry["sweep"].get(variant)
+            if rows and all("error" in r for r in rows.values()):
                 entry["cap"][variant] = {"largest": None, "first_not_fitting": None, "exact": False,
                                          "probes": [], "known_from_sweep": {},
                                          "stopped": "not searched: every sweep process failed"}
@@ -247,7 +248,7 @@ def main() -> None:
             known = {int(b): r["process_peak_rss_mib"] for b, r in entry["sweep"].get(variant, {}).items()
                      if "error" not in r}
             if args.known_from:
-                known = dict(earlier_probes(args.known_from, case, variant), **known)
+                known = {**earlier_probes(args.known_from, case, variant), **known}
             entry["cap"][variant] = largest_batch(runner, case, variant, plan["cap_gb"], known,
                                                   args.max_probes)
             print(f"[memory] {case}/{variant}: largest batch under {plan['cap_gb']:g} GiB "
