@@ -246,13 +246,15 @@ int layer_of(const Facts& f, const std::vector<int64_t>& boundary_pos, NodeId ro
   return layer;
 }
 
-// Every value `nodes` read from outside them is an input, constant or graph output.
+// Every value `nodes` read from outside them is an input, constant or graph output, or a view
+// of one (the targets reshaped for the loss).
 bool reads_only_cheap(const Facts& f, const std::vector<NodeId>& nodes) {
   for (NodeId n : nodes)
-    for (ValueId u : f.g.nodes[n].inputs)
-      if (u != kNoValue && !f.cheap[u] &&
-          !std::binary_search(nodes.begin(), nodes.end(), f.idx.producer[u]))
-        return false;
+    for (ValueId u : f.g.nodes[n].inputs) {
+      if (u == kNoValue || std::binary_search(nodes.begin(), nodes.end(), f.idx.producer[u])) continue;
+      const ValueId base = f.layout[u].base;
+      if (!f.cheap[u] && (base == kNoValue || !f.cheap[base])) return false;
+    }
   return true;
 }
 
