@@ -138,3 +138,16 @@ class Report:
             json.dump(result, f, indent=1)
         with open(os.path.join(RESULTS_DIR, f"{self.name}.md"), "w") as f:
             f.write("\n".join(self.lines) + "\n")
+
+
+def write_results(result: dict, out_dir: str, stem: str, markdown, chart) -> list[str]:
+    """<stem>.json, <stem>.md (markdown(result) lines) and <stem>.png (chart(result, path)) in
+    out_dir; returns the markdown lines."""
+    os.makedirs(out_dir, exist_ok=True)
+    lines = markdown(result)
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    chart(result, os.path.join(out_dir, f"{stem}.png"))
+    return lines

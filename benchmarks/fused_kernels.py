@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -28,6 +27,8 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cpu_model  # noqa: E402
 from op_table import OURS, Case, single_node_model  # noqa: E402
 from op_table.fused_gelu_ops import GELU_NEW, program_grads, run_program  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
@@ -36,17 +37,6 @@ from torch_ort import _C  # noqa: E402
 
 aten = torch.ops.aten
 SHAPES = {"baby_gpt_mlp": (8 * 256, 1536), "tiny_gpt_mlp": (12 * 64, 512)}
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def median_ms(fn, reps):
@@ -168,7 +158,7 @@ def main():
         torch.set_num_threads(args.threads)
     paths = ["avx512", "portable"] if _C.optim_cpu_path() == "avx512" else ["portable"]
     result = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  machine=cpu_name(), threads=torch.get_num_threads(),
+                  machine=cpu_model(), threads=torch.get_num_threads(),
                   torch=torch.__version__, reps=args.reps,
                   timings=bias_gelu_rows(args.reps, paths) + chain_rows(args.reps), accuracy=accuracy(paths))
     out = os.path.join(ROOT, "benchmarks", "results")

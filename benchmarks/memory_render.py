@@ -2,9 +2,7 @@
 memory.json (benchmarks/memory.py writes one; --from-json re-renders and merges them)."""
 from __future__ import annotations
 
-import json
-import os
-
+from common import write_results
 from suite import CASE_LABELS
 
 LABELS = {"eager": "eager", "compile": "torch.compile", "ort0": "ORTModule level 0",
@@ -339,11 +337,4 @@ def merge(results: list[dict]) -> dict:
 
 def write(result: dict, out_dir: str) -> list[str]:
     """memory.json, memory.md and memory.png in out_dir; returns the markdown lines."""
-    os.makedirs(out_dir, exist_ok=True)
-    lines = markdown(result)
-    with open(os.path.join(out_dir, "memory.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(out_dir, "memory.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    chart(result, os.path.join(out_dir, "memory.png"))
-    return lines
+    return write_results(result, out_dir, "memory", markdown, chart)

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from common import cpu_model, machine, run_watched  # noqa: E402
+from common import cpu_model, machine, run_watched, write_results  # noqa: E402
 
 # The issue-6 cases; the GPT ones are nanoGPT (vocab 65: its Shakespeare characters) or GPT-2 small.
 CASES = {
@@ -338,14 +338,7 @@ def chart(result: dict, path: str) -> None:
 
 def write(result: dict, out_dir: str) -> list[str]:
     """suite.json, suite.md and suite.png in out_dir; returns the markdown lines."""
-    os.makedirs(out_dir, exist_ok=True)
-    lines = markdown(result)
-    with open(os.path.join(out_dir, "suite.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(out_dir, "suite.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    chart(result, os.path.join(out_dir, "suite.png"))
-    return lines
+    return write_results(result, out_dir, "suite", markdown, chart)
 
 
 def main() -> None:
