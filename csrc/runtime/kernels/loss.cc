@@ -105,13 +105,23 @@ void nll_loss_kernel(KernelCtx& c) {
   c.set_output(0, at::nll_loss_nd(input, a.labels, a.weight, a.reduction, a.ignore_index));
 }
 
+// dScores = dLogProb − softmax · Σ_c dLogProb, written over dLogProb (a fresh [N, C, ...] buffer
+// the kernel made): the backward reads each row's sum before it writes the row, element by
+// element, so the values are those of the out-of-place call, and a GPT's loss gradient holds one
+// B·T·vocab buffer instead of two.
+at::Tensor log_softmax_backward_over(at::Tensor g_lp, const at::Tensor& lp) {
+  if (!g_lp.is_contiguous() || !g_lp.sizes().equals(lp.sizes()) ||
+      g_lp.scalar_type() != lp.scalar_type() || g_lp.storage().use_count() != 1)
+    return at::_log_softmax_backward_data(g_lp, lp, 1, lp.scalar_type());
+  return at::_log_softmax_backward_data_out(g_lp, g_lp, lp, 1, lp.scalar_type());
+}
+
 // (dLoss, log_prob, labels, [weights]) -> dScores = dLogProb - softmax * sum_c(dLogProb)
 void softmax_cross_entropy_grad_kernel(KernelCtx& c) {
   const at::Tensor& log_prob = c.input(1);
   NllArgs a = nll_args(c, 2, 3);
   check_scores(c, log_prob, a.labels);
-  at::Tensor g = nll_backward(c, c.input(0), log_prob, a);
-  c.set_output(0, at::_log_softmax_backward_data(g, log_prob, 1, log_prob.scalar_type()));
+  c.set_output(0, log_softmax_backward_over(nll_backward(c, c.input(0), log_prob, a), log_prob));
 }
 
 // (dLoss, input, labels, [weights]) -> dInput
@@ -186,7 +196,7 @@ void cross_entropy_grad_kernel(KernelCtx& c) {
     if (a.weight) g_smooth = at::mul(g_smooth, class_weight_view(*a.weight, lp));
     g_lp = at::add(g_lp, g_smooth);
   }
-  c.set_output(0, at::_log_softmax_backward_data(g_lp, lp, 1, lp.scalar_type()));
+  c.set_output(0, log_softmax_backward_over(std::move(g_lp), lp));
 }
 
 }  // namespace
