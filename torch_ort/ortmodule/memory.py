@@ -43,7 +43,9 @@ class RecomputeRow:
 @dataclass
 class MemoryReport:
     """`ORTModule.memory_report(...)`. predicted: forward_peak, saved, outputs, backward_peak,
-    peak (= max(forward_peak, outputs + backward_peak)), constants, in bytes, and the formulas of
+    peak (= max(forward_peak, outputs + backward_peak): the caller holds the outputs through
+    backward), peak_outputs_released (= max(forward_peak, backward_peak): a loop that keeps only
+    the loss), constants, in bytes, and the formulas of
     the forward peak, the saved set and the backward peak. measured: the same keys measured during
     the last step with these input sizes (None before one ran)."""
 
@@ -60,10 +62,14 @@ class MemoryReport:
     @classmethod
     def from_engine(cls, data: dict, input_sizes: dict, level: int, config: str,
                     measured: dict | None) -> "MemoryReport":
+        predicted, measured = dict(data["predicted"]), dict(measured) if measured else None
+        for d in (predicted, measured or {}):
+            if "forward_peak" in d:
+                d["peak_outputs_released"] = max(d["forward_peak"], d["backward_peak"])
         rows = [RecomputeRow(r["cluster"], r["strategy"], r["occurrences"], r["enabled"],
                              r["bytes_saved_each"], r["bytes_saved_formula"], tuple(r["layers"]))
                 for r in data["rows"]]
-        return cls(input_sizes, dict(data["predicted"]), rows, level, config, data["num_layers"],
+        return cls(input_sizes, predicted, rows, level, config, data["num_layers"],
                    data["nodes_cloned"], list(data["unknown_values"]), measured)
 
     @property
@@ -91,8 +97,9 @@ class MemoryReport:
             lines.append("  no recompute opportunities")
         lines.append(f"  predicted: forward peak {_mib(p['forward_peak'])}, saved for backward "
                      f"{_mib(p['saved'])}, outputs {_mib(p['outputs'])}, backward peak "
-                     f"{_mib(p['backward_peak'])}, step peak {_mib(p['peak'])} (constants "
-                     f"{_mib(p['constants'])})")
+                     f"{_mib(p['backward_peak'])}, step peak {_mib(p['peak'])} "
+                     f"({_mib(p['peak_outputs_released'])} if the outputs are let go before "
+                     f"backward; constants {_mib(p['constants'])})")
         lines.append(f"    saved = {p['saved_formula'] or '0'} bytes")
         lines.append(f"    forward peak = {p['forward_formula'] or '0'} bytes")
         lines.append(f"    backward peak = {p['backward_formula'] or '0'} bytes")
