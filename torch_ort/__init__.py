@@ -3,7 +3,7 @@
     model = torch_ort.ORTModule(model)   # forward + backward run by our engine
     optimizer = torch_ort.optim.FusedAdam(model.parameters())
 """
-from torch_ort import optim
+from torch_ort import optim, utils
 from torch_ort.ortmodule import DebugOptions, LogLevel, ORTModule
 
 
@@ -15,5 +15,5 @@ def pass_names() -> list[str]:
     return [n for n in _C.pass_names() if n not in required]
 
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "pass_names"]
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "optim", "pass_names", "utils"]
 __version__ = "0.1.0"
