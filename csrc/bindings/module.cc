@@ -142,6 +142,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("consumed", [](const RunContext& c) { return c.consumed.load(); })
       .def_property_readonly("num_saved", [](const RunContext& c) { return c.saved.size(); });
 
+  py::class_<BackwardRun>(m, "BackwardRun",
+      "A backward in progress (Engine.backward_begin), continued by Engine.backward_take.")
+      .def_property_readonly("next_step", [](const BackwardRun& r) { return r.next; })
+      .def_property_readonly("finished", [](const BackwardRun& r) { return r.finished; });
+
   py::class_<Engine>(m, "Engine", "One exported graph compiled for one mode (training or not).")
       .def(py::init([](py::bytes onnx, bool training, std::vector<bool> input_requires_grad,
                        std::vector<std::string> disabled_passes, int memory_opt_level,
@@ -185,6 +190,25 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("ctx"), py::arg("grad_outputs"),
            "backward(ctx, grad_outputs: list[Tensor | None]) -> list[Tensor | None]")
+      .def("backward_begin",
+           [](const Engine& e, RunContext& ctx,
+              const std::vector<std::optional<at::Tensor>>& grad_outputs) {
+             py::gil_scoped_release nogil;
+             return e.backward_begin(ctx, grad_outputs);
+           },
+           py::arg("ctx"), py::arg("grad_outputs"),
+           "backward_begin(ctx, grad_outputs) -> BackwardRun: consumes ctx, runs nothing yet")
+      .def("backward_take",
+           [](const Engine& e, BackwardRun& run, int64_t steps, const std::vector<int64_t>& inputs) {
+             py::gil_scoped_release nogil;
+             return e.backward_take(run, steps, inputs);
+           },
+           py::arg("run"), py::arg("steps"), py::arg("inputs"),
+           "backward_take(run, steps: int, inputs: list[int]) -> list[Tensor | None]: runs backward "
+           "up to `steps` steps (-1: all) and hands over these graph inputs' gradients")
+      .def_property_readonly("input_grad_ready", &Engine::input_grad_ready,
+           "per graph input: backward steps after which its gradient is final (-1: none)")
+      .def_property_readonly("num_backward_steps", &Engine::num_backward_steps)
       .def("forward_graph_onnx",
            [](const Engine& e) { return py::bytes(e.forward_graph_onnx()); })
       .def("training_graph_onnx",

@@ -52,4 +52,11 @@ at::Tensor tensor_from_data(const TensorData& d, const std::string& what) {
   return t;
 }
 
+std::string aten_dtype_name(at::ScalarType t) {
+  const DType d = from_aten(t);
+  return d == DType::kUndefined ? std::string(c10::toString(t)) : std::string(dtype_name(d));
+}
+
+std::string sizes_str(c10::IntArrayRef s) { return c10::str(s); }
+
 }  // namespace torch_ort

@@ -14,6 +14,10 @@ namespace torch_ort {
 at::ScalarType to_aten(DType t, const std::string& what);
 // kUndefined for ATen types the IR cannot express (quantized, complex32, ...).
 DType from_aten(at::ScalarType t);
+// For error messages: the IR's name of an ATen type ("float32"; ATen's own when the IR has none),
+// and sizes as "[2, 3]".
+std::string aten_dtype_name(at::ScalarType t);
+std::string sizes_str(c10::IntArrayRef s);
 // A CPU tensor holding a copy of `d` (initializers, Constant values). `what` names it in errors.
 at::Tensor tensor_from_data(const TensorData& d, const std::string& what);
 

@@ -23,13 +23,6 @@ namespace {
 
 std::atomic<uint64_t> g_next_engine_id{1};
 
-std::string sizes_str(c10::IntArrayRef s) { return c10::str(s); }
-
-std::string aten_dtype_name(at::ScalarType t) {
-  const DType d = from_aten(t);
-  return d == DType::kUndefined ? std::string(c10::toString(t)) : std::string(dtype_name(d));
-}
-
 }  // namespace
 
 Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
@@ -115,6 +108,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   stats_.num_saved = static_cast<int64_t>(plan_.saved.size());
   stats_.num_constants = static_cast<int64_t>(consts.size());
   for (ValueId v : plan_.saved) stats_.saved_names.push_back(eg.value(v).name);
+  if (tg_) compute_input_grad_ready();
 }
 
 const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Device device) const {
@@ -210,65 +204,6 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
     ctx->measured.outputs = live->unique_bytes(outputs);  // those not also saved
   }
   return {std::move(outputs), std::move(ctx)};
-}
-
-std::vector<std::optional<at::Tensor>> Engine::backward(
-    RunContext& ctx, const std::vector<std::optional<at::Tensor>>& grad_outputs) const {
-  if (!tg_) throw RunContextError("backward called on an inference engine (training=False)");
-  if (ctx.engine_id != id_) throw RunContextError("this RunContext was made by another engine");
-  if (ctx.consumed.exchange(true))
-    throw RunContextError("backward called twice on one RunContext: the first call freed its "
-                          "saved activations (retain_graph=True is not supported); run forward again");
-  const Graph& g = tg_->graph;
-  if (grad_outputs.size() != g.outputs.size())
-    throw InputMismatchError("expected " + std::to_string(g.outputs.size()) +
-                             " output gradients, got " + std::to_string(grad_outputs.size()));
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> slots(g.num_values());
-  for (const auto& [v, t] : constants_on(ctx.device)) slots[v] = t;
-  for (auto& [v, t] : ctx.saved) slots[v] = std::move(t);
-  ctx.saved.clear();  // backward owns them now and frees each after its last use
-  for (size_t i = 0; i < grad_outputs.size(); ++i) {
-    const ValueId gv = tg_->grad_of_outputs[i];
-    if (gv == kNoValue) continue;  // not differentiable: whatever came is ignored
-    const std::optional<at::Tensor>& go = grad_outputs[i];
-    if (!go || !go->defined()) {
-      slots[gv] = kernels::absent_gradient(ctx.output_sizes[i], ctx.output_options[i]);
-      continue;
-    }
-    const std::string what = "gradient of output " + std::to_string(i) + " '" +
-                             g.value(g.outputs[i]).name + "'";
-    if (go->scalar_type() != ctx.output_options[i].dtype().toScalarType())
-      throw InputMismatchError(what + ": expected dtype " +
-                               aten_dtype_name(ctx.output_options[i].dtype().toScalarType()) +
-                               ", got " + aten_dtype_name(go->scalar_type()));
-    if (!go->sizes().equals(ctx.output_sizes[i]))
-      throw InputMismatchError(what + ": expected shape " + sizes_str(ctx.output_sizes[i]) +
-                               ", got " + sizes_str(go->sizes()));
-    slots[gv] = *go;
-  }
-  std::optional<LiveBytes> live;
-  if (ctx.measured.forward_peak >= 0) {  // forward was measured: measure this half too
-    live.emplace();
-    live->exclude(ctx.untracked);  // constants, graph inputs and views of them
-    for (ValueId v : tg_->grad_of_outputs)
-      if (v != kNoValue) live->exclude(slots[v]);        // autograd's
-    for (const at::Tensor& t : slots) live->add(t);
-    live->sample();
-  }
-  run_steps(backward_steps_, slots, ctx.device, live ? &*live : nullptr);
-  if (live) {
-    MeasuredMemory m = ctx.measured;
-    m.backward_peak = live->peak();
-    m.peak = std::max(m.forward_peak, m.outputs + m.backward_peak);
-    record_measured(m);
-  }
-
-  std::vector<std::optional<at::Tensor>> grads;
-  for (ValueId v : tg_->input_grads)
-    grads.push_back(v != kNoValue && slots[v].defined() ? std::optional<at::Tensor>(slots[v])
-                                                        : std::nullopt);
-  return grads;
 }
 
 void Engine::record_measured(const MeasuredMemory& m) const {

@@ -55,6 +55,19 @@ struct RunContext {
   std::atomic<bool> consumed{false};
 };
 
+// A backward in progress (Engine::backward_begin), run in pieces by backward_take so that each
+// input's gradient can be handed to PyTorch as soon as it is final: DDP all-reduces those
+// parameters while the rest of backward still runs.
+struct BackwardRun {
+  std::vector<at::Tensor> slots;       // one per value of the training graph
+  std::optional<LiveBytes> live;       // when forward was measured
+  MeasuredMemory measured;             // forward's part
+  c10::Device device = c10::Device(c10::kCPU);
+  size_t next = 0;                     // the next backward step to run
+  std::vector<char> taken;             // per graph input: its gradient was handed over
+  bool finished = false;               // every step ran (and the measurement was recorded)
+};
+
 struct EngineStats {
   int64_t num_forward_nodes = 0;
   int64_t num_backward_nodes = 0;
@@ -101,6 +114,19 @@ class Engine {
   // one gradient per graph input, nullopt where input_grad_available() is false.
   std::vector<std::optional<at::Tensor>> backward(
       RunContext& ctx, const std::vector<std::optional<at::Tensor>>& grad_outputs) const;
+  // backward() in pieces (engine_backward.cc): begin consumes the context and binds the output
+  // gradients; take runs the backward steps up to `steps` (at least the input_grad_ready() of
+  // every input asked for; -1: all) and hands over those inputs' gradients, releasing the
+  // engine's references so PyTorch may adopt the tensors as param.grad without a copy.
+  std::unique_ptr<BackwardRun> backward_begin(
+      RunContext& ctx, const std::vector<std::optional<at::Tensor>>& grad_outputs) const;
+  std::vector<std::optional<at::Tensor>> backward_take(BackwardRun& run, int64_t steps,
+                                                       const std::vector<int64_t>& inputs) const;
+  // Per graph input: how many backward steps must run before its gradient is final and nothing
+  // later reads the gradient or the input itself (so a hook may update the parameter in place,
+  // as an optimizer-in-backward does); -1: no gradient. And the number of backward steps.
+  const std::vector<int64_t>& input_grad_ready() const { return input_grad_ready_; }
+  int64_t num_backward_steps() const { return static_cast<int64_t>(backward_steps_.size()); }
 
   bool training() const { return options_.training; }
   std::vector<std::string> input_names() const;
@@ -133,6 +159,7 @@ class Engine {
   const std::vector<std::pair<ValueId, at::Tensor>>& constants_on(c10::Device device) const;
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
   void record_measured(const MeasuredMemory& m) const;
+  void compute_input_grad_ready();  // engine_backward.cc, once the backward steps are final
 
   EngineOptions options_;
   uint64_t id_;
@@ -142,6 +169,7 @@ class Engine {
   RecomputeResult recompute_;        // training engines: what the memory optimizer did
   MemoryTimeline timeline_;          // static memory estimate of plan_
   std::vector<CompiledStep> forward_steps_, backward_steps_;
+  std::vector<int64_t> input_grad_ready_;  // see input_grad_ready()
   std::vector<at::ScalarType> input_types_;  // per graph input
   EngineStats stats_;
 

@@ -111,7 +111,13 @@ int64_t LiveBytes::unique_bytes(const std::vector<at::Tensor>& tensors) const {
 
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
                c10::Device device, LiveBytes* live) {
-  for (const CompiledStep& s : steps) {
+  run_steps(steps, 0, steps.size(), slots, device, live);
+}
+
+void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
+               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live) {
+  for (size_t k = begin; k < end; ++k) {
+    const CompiledStep& s = steps[k];
     KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
                   s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok,
                   s.inplace);

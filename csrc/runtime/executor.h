@@ -65,5 +65,8 @@ class LiveBytes {
 // `live` (optional) is told of every slot set and dropped, and sampled after each kernel.
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
                c10::Device device, LiveBytes* live = nullptr);
+// Steps [begin, end) only (a backward run in pieces).
+void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
+               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live = nullptr);
 
 }  // namespace torch_ort

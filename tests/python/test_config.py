@@ -60,6 +60,8 @@ INVALID = {
     "ORTMODULE_ATEN_FALLBACK": ("never", "use one of"),
     "ORTMODULE_DISABLED_PASSES": ("dce,no_such_pass", "'no_such_pass' is not a graph pass; passes: .*dce"),
     "ORTMODULE_DISABLED_PASSES ": ("sequence_to_split", "lowering the engine needs and cannot be disabled"),
+    "ORTMODULE_GRADIENT_RELEASE": ("lots", "a size in MiB"),
+    "ORTMODULE_GRADIENT_RELEASE ": ("inf", "a size in MiB"),
 }
 
 

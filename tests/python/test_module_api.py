@@ -8,6 +8,7 @@ import onnx
 import pytest
 import torch
 
+import torch_ort
 from conftest import MLPClassifier, classifier_batch, twin
 from torch_ort import DebugOptions, LogLevel, ORTModule
 
@@ -119,3 +120,25 @@ def test_log_level_env_overrides_debug_options(monkeypatch):
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "LOUD")
     with pytest.raises(ValueError, match="VERBOSE, INFO, WARNING, ERROR, FATAL"):
         DebugOptions()
+
+
+def test_state_dict_round_trip_when_ortmodule_is_a_child():
+    """DDP(ORTModule(m)) and a parent model holding an ORTModule save the original's keys under
+    the child's name, and load them back (the parent's walk goes through _modules)."""
+    class Parent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch_ort.ORTModule(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)))
+            self.head = torch.nn.Linear(4, 2)
+
+    torch.manual_seed(0)
+    a = Parent()
+    torch.manual_seed(1)
+    b = Parent()
+    state = a.state_dict()
+    assert list(state)[:3] == ["body.0.weight", "body.0.bias", "body.1.weight"]
+    b.load_state_dict(state)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        b.load_state_dict({**state, "body.extra": torch.zeros(1)})

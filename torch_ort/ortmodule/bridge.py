@@ -1,6 +1,19 @@
-"""The autograd bridge: one torch.autograd.Function whose inputs are the user tensors AND the
-parameters, so PyTorch fills param.grad (and DDP's hooks fire) exactly as in eager."""
+"""The autograd bridge: the user tensors AND the parameters are inputs of autograd nodes, so
+PyTorch fills param.grad (and DDP's hooks fire) exactly as in eager.
+
+A training call is a chain of nodes sharing one backward run of the engine:
+
+    params group k ─▶ Release k ─▶ ... ─▶ Release 0 ─▶ EngineFunction ─▶ outputs
+    (+ user tensors in the last group)        ▲ carriers: empty tensors that order the chain
+
+In backward, EngineFunction binds the output gradients; then Release 0 runs the engine's backward
+until group 0's gradients are final and returns them, and autograd accumulates them into .grad
+(AccumulateGrad runs before any other ready node) — firing DDP's hooks, whose buckets all-reduce
+while Release 1 runs the next piece. Groups are made once per engine (ReleasePlan) from when each
+parameter's gradient is final; ORTMODULE_GRADIENT_RELEASE=0 makes one group (all at the end)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -8,18 +21,85 @@ from torch.autograd.function import once_differentiable
 from torch_ort.ortmodule import python_op
 
 
-class EngineFunction(torch.autograd.Function):
+@dataclass(frozen=True)
+class ReleaseGroup:
+    steps: int            # backward steps to run before handing these over (-1: all)
+    inputs: tuple         # graph input indices whose gradients this node returns
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    groups: tuple         # ReleaseGroup, in the order backward hands them over
+
     @staticmethod
-    def forward(ctx, engine, report, *inputs):
-        """`report(phase)` or None: ORTMODULE_PRINT_MEMORY_STATS around backward."""
+    def build(engine, num_tensors: int, params: list, min_bytes: int) -> "ReleasePlan":
+        """Parameters in the order their gradients become final, cut into groups of at least
+        `min_bytes` (0: a single group at the end). User tensors' gradients, and parameters
+        without one, go with the last group."""
+        n = num_tensors + len(params)
+        ready = engine.input_grad_ready
+        groups, current, size = [], [], 0
+        if min_bytes > 0:
+            order = sorted((i for i in range(num_tensors, n) if ready[i] >= 0), key=lambda i: ready[i])
+            for i in order:
+                if current and size >= min_bytes and ready[i] != ready[current[-1]]:
+                    groups.append(ReleaseGroup(ready[current[-1]], tuple(current)))
+                    current, size = [], 0
+                current.append(i)
+                p = params[i - num_tensors]
+                size += p.numel() * p.element_size()
+        taken = {i for g in groups for i in g.inputs}
+        groups.append(ReleaseGroup(-1, tuple(i for i in range(n) if i not in taken)))
+        return ReleasePlan(tuple(groups))
+
+
+class _Backward:
+    """One training call's backward, shared by its chain of nodes."""
+
+    def __init__(self, engine, report, plan: ReleasePlan):
+        self.engine, self.report, self.plan = engine, report, plan
+        self.run_ctx = None   # the forward's saved set, until backward begins
+        self.run = None       # the engine's BackwardRun, until the last group is handed over
+
+    def begin(self, grad_outputs) -> None:
+        run_ctx, self.run_ctx = self.run_ctx, None
+        if run_ctx is None:
+            raise RuntimeError("torch_ort: backward through the same ORTModule output twice; "
+                               "pass retain_graph=True to the first backward is not supported")
+        diff = self.engine.output_differentiable
+        grads = [g if d else None for g, d in zip(grad_outputs, diff)]
+        if self.report:
+            self.report("pre-backward")
         with python_op.errors_as_raised():
-            outputs, run_ctx = engine.forward(list(inputs))
-        ctx.engine, ctx.report = engine, report
+            self.run = self.engine.backward_begin(run_ctx, grads)
+
+    def take(self, k: int) -> list:
+        if self.run is None:
+            raise RuntimeError("torch_ort: internal: a gradient group was asked for before the "
+                               "backward began or after it ended")
+        group = self.plan.groups[k]
+        with python_op.errors_as_raised():
+            grads = self.engine.backward_take(self.run, group.steps, list(group.inputs))
+        if k == len(self.plan.groups) - 1:
+            self.run = None  # frees whatever the engine still held
+            if self.report:
+                self.report("post-backward")
+        return _unalias(grads)
+
+
+class EngineFunction(torch.autograd.Function):
+    """The engine's forward; in backward it binds the output gradients and runs nothing else."""
+
+    @staticmethod
+    def forward(ctx, state: _Backward, inputs: list, carrier):
+        with python_op.errors_as_raised():
+            outputs, run_ctx = state.engine.forward(inputs)
+        ctx.state = state
         # An output nobody differentiated gets None, not a filled zero tensor of its size (a GPT's
         # logits returned beside the loss: 200 MB); the engine uses a stride-0 zero view instead.
         ctx.set_materialize_grads(False)
-        ctx.run_ctx = run_ctx  # holds only the saved set; freed by backward or with ctx
-        frozen = [o for o, diff in zip(outputs, engine.output_differentiable) if not diff]
+        state.run_ctx = run_ctx  # holds only the saved set; freed by backward or with ctx
+        frozen = [o for o, diff in zip(outputs, state.engine.output_differentiable) if not diff]
         if frozen:
             ctx.mark_non_differentiable(*frozen)
         return tuple(outputs)
@@ -27,24 +107,42 @@ class EngineFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, *grad_outputs):
-        run_ctx, ctx.run_ctx = ctx.run_ctx, None
-        if run_ctx is None:
-            raise RuntimeError("torch_ort: backward through the same ORTModule output twice; "
-                               "pass retain_graph=True to the first backward is not supported")
-        diff = ctx.engine.output_differentiable
-        grads = [g if d else None for g, d in zip(grad_outputs, diff)]
-        if ctx.report:
-            ctx.report("pre-backward")
-        with python_op.errors_as_raised():
-            input_grads = ctx.engine.backward(run_ctx, grads)
-        if ctx.report:
-            ctx.report("post-backward")
-        return (None, None, *_unalias(input_grads))
+        ctx.state.begin(grad_outputs)
+        return None, None, _CARRIER_GRAD
+
+
+class Release(torch.autograd.Function):
+    """Group k's inputs enter autograd here; its backward hands over their gradients."""
+
+    @staticmethod
+    def forward(ctx, state: _Backward, k: int, carrier, *tensors):
+        ctx.state, ctx.k, ctx.chained = state, k, carrier is not None
+        return torch.empty(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, _carrier_grad):
+        grads = ctx.state.take(ctx.k)
+        return (None, None, _CARRIER_GRAD if ctx.chained else None, *grads)
+
+
+_CARRIER_GRAD = torch.empty(0)
+
+
+def run_training(engine, report, plan: ReleasePlan, tensors: list, params: list) -> tuple:
+    """The outputs of a training call, wired to autograd through the release chain."""
+    inputs = [*tensors, *params]
+    state = _Backward(engine, report, plan)
+    carrier = None
+    for k in reversed(range(len(plan.groups))):  # the last group to hand over is the first node
+        carrier = Release.apply(state, k, carrier, *[inputs[i] for i in plan.groups[k].inputs])
+    return EngineFunction.apply(state, inputs, carrier)
 
 
 def _unalias(grads):
-    """Two inputs may receive the very same gradient tensor (e.g. both operands of an Add);
-    autograd must never store one tensor as two parameters' .grad."""
+    """Two inputs of one group may receive the very same gradient tensor (e.g. both operands of
+    an Add); autograd must never store one tensor as two parameters' .grad. (Across groups the
+    engine hands the earlier one a copy.)"""
     seen = set()
     out = []
     for g in grads:

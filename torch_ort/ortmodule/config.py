@@ -131,6 +131,16 @@ def _plans(name: str, text: str) -> tuple[RecomputePlan, ...]:
     return tuple(plans)
 
 
+def _mebibytes(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise _invalid(name, text, "use a size in MiB, e.g. 1 or 0.25 (0 turns it off)")
+    return value
+
+
 def _skipcheck(name: str, text: str) -> SkipCheck:
     return parse_flags(SkipCheck, "SKIP_CHECK_", name, text) or DEFAULT_SKIPCHECK
 
@@ -198,6 +208,10 @@ VARIABLES: tuple[Variable, ...] = (
              "speed or to work around a pass"),
     Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, _bool,
              "run ops the engine lacks through the ATen dispatcher inside the graph (ours, not ORT's)"),
+    Variable("ORTMODULE_GRADIENT_RELEASE", "gradient_release_mb", "MiB", 1.0, _mebibytes,
+             "hand parameter gradients to PyTorch (param.grad, DDP's all-reduce hooks) during "
+             "backward, a group of at least this many MiB as soon as it is final; 0: all at the "
+             "end of backward (ours, not ORT's)"),
 )
 
 

@@ -8,7 +8,7 @@ from torch.utils import _pytree as pytree
 
 from torch_ort.ortmodule import hf, memory_stats, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback
-from torch_ort.ortmodule.bridge import EngineFunction
+from torch_ort.ortmodule import bridge
 from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback import (
@@ -25,6 +25,15 @@ _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
 # Variables a later stage will act on (compute optimizer).
 _NOT_ACTED_ON = ("compute_optimizer",)
+
+
+def _keys_without_wrapper(state_dict, prefix, *_):
+    """ORTModule inside another module (DDP's .module, a parent model): its state_dict() entries
+    carry the original's keys, but the parent's load_state_dict walks _modules and expects
+    '<prefix>_original_module.<key>'; rename them in place before the walk reaches the child."""
+    inner = prefix + _ORIGINAL + "."
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
 class ORTModule(torch.nn.Module):
@@ -50,6 +59,7 @@ class ORTModule(torch.nn.Module):
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
+        self._register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
 
@@ -227,7 +237,8 @@ class ORTModule(torch.nn.Module):
         if report:
             report("pre-forward")
         if training:
-            outputs = EngineFunction.apply(engine, report, *tensors, *params)
+            plan = runner.release_plan(engine, len(tensors), params)
+            outputs = bridge.run_training(engine, report, plan, tensors, params)
         else:
             with torch.no_grad(), python_op.errors_as_raised():
                 outputs, _ = engine.forward([*tensors, *params])

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from torch_ort.ortmodule import disk_cache, python_op_export
+from torch_ort.ortmodule import bridge, disk_cache, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
     MAX_EXPORTS,
@@ -104,6 +104,7 @@ class GraphRunner:
         self._param_dtypes = [p.dtype for p in self.params]  # the graph's types for them
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
+        self._release_plans: dict = {}  # (id(engine), number of user tensors) -> (engine, plan)
 
     @property
     def params(self) -> list:
@@ -145,6 +146,17 @@ class GraphRunner:
             self._export(args, kwargs)
         raise ORTModuleONNXModelException(f"ATen fallback: the engine still fails after {MAX_EXPORTS} "
                                           "re-exports")
+
+    def release_plan(self, engine, num_tensors: int, params: list):
+        """How this training engine's backward hands gradients to PyTorch (bridge.ReleasePlan),
+        made once per engine and number of user tensors (parameter sizes are the export's)."""
+        key = (id(engine), num_tensors)
+        hit = self._release_plans.get(key)
+        if hit is None or hit[0] is not engine:
+            min_bytes = int(self._settings.gradient_release_mb * 2 ** 20)
+            hit = (engine, bridge.ReleasePlan.build(engine, num_tensors, params, min_bytes))
+            self._release_plans[key] = hit
+        return hit[1]
 
     def _store_in_cache(self) -> None:
         """Writes the export once an engine has been built from it (the ATen fallback set is then
