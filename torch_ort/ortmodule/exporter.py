@@ -201,12 +201,13 @@ def _autocast_inside(module: torch.nn.Module, state: tuple):
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
                   functions: python_op_export.FunctionPolicy | None = None,
-                  deepcopy: bool = False) -> ExportResult:
-    """extra_translations (ATen fallback ops) take precedence over translations.TABLE; `functions`
+                  deepcopy: bool = False, own_translations: bool = True) -> ExportResult:
+    """extra_translations (ATen fallback ops) take precedence over translations.TABLE (ours, for
+    the engine; `own_translations=False` leaves the stock exporter's standard ops); `functions`
     says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a
     structural copy so that the trace never changes the module's own Python state."""
     start = time.perf_counter()
-    table = {**translations.TABLE, **(extra_translations or {})}
+    table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
     capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())
     if deepcopy:
         module, capture.remap = structural_copy(module)

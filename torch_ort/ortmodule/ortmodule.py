@@ -6,9 +6,8 @@ import os
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_ort.ortmodule import hf, memory_stats, python_op
+from torch_ort.ortmodule import bridge, hf, memory_stats, onnx_export, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback
-from torch_ort.ortmodule import bridge
 from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback import (
@@ -59,6 +58,7 @@ class ORTModule(torch.nn.Module):
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
+        self._last_call = None     # onnx_export.CallSchema of the last call (export_onnx)
         self._register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
@@ -145,6 +145,7 @@ class ORTModule(torch.nn.Module):
 
     # --- forward ------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
+        self._last_call = onnx_export.CallSchema(args, kwargs)  # shapes only: for export_onnx(path)
         if self._fallback.active:
             return self.module(*args, **kwargs)
         try:
@@ -246,6 +247,23 @@ class ORTModule(torch.nn.Module):
             report("post-forward")
         outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)
+
+    # --- export for inference ------------------------------------------------------------------
+    def export_onnx(self, path, *args, **kwargs) -> str:
+        """Writes the trained model's inference graph to `path` (ONNX: eval mode, the current
+        weights included, every input dimension dynamic, standard ops only) for ONNX Runtime or
+        any ONNX runtime; weights over 1 GiB go to '<path>.data' beside it. Example inputs are
+        `args`/`kwargs`, or inputs shaped like the last call's. Returns `path`."""
+        if not (args or kwargs):
+            last = self._last_call
+            if last is None:
+                raise ValueError("export_onnx(path): the module has not been called yet; pass example "
+                                 "inputs: export_onnx(path, *args, **kwargs)")
+            args, kwargs = last.example()
+        return onnx_export.export_inference(self.module, args, kwargs, os.fspath(path),
+                                            self._settings.opset)
+
+    save_as_onnx = export_onnx  # the name some ONNX Runtime scripts use
 
     # --- memory -----------------------------------------------------------------------------
     def memory_report(self, *args, **kwargs):
