@@ -1,6 +1,7 @@
 """ORTModule: a drop-in nn.Module whose forward and backward run through the torch_ort engine."""
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -24,6 +25,32 @@ _ORIGINAL = "_original_module"
 _DEVICES = ("cpu", "cuda")
 # Variables a later stage will act on (compute optimizer).
 _NOT_ACTED_ON = ("compute_optimizer",)
+
+
+class _ForwardAttribute:
+    """ORTModule.forward: on an instance, the call carrying the wrapped module's signature
+    (inspect.signature(model.forward)) — Hugging Face's Trainer keeps only the dataset columns
+    that forward's signature names; on the class, the plain function."""
+
+    def __get__(self, instance, owner):
+        return owner._forward_call if instance is None else _Forward(instance)
+
+
+class _Forward:
+    """ORTModule.forward of one instance: calls the engine path, shows the wrapped module's
+    signature."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: "ORTModule"):
+        self._owner = owner
+
+    def __call__(self, *args, **kwargs):
+        return self._owner._forward_call(*args, **kwargs)
+
+    @property
+    def __signature__(self):
+        return inspect.signature(self._owner.module.forward)
 
 
 def _keys_without_wrapper(state_dict, prefix, *_):
@@ -59,6 +86,8 @@ class ORTModule(torch.nn.Module):
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
         self._last_call = None     # onnx_export.CallSchema of the last call (export_onnx)
+        if type(module).__module__.startswith("transformers."):
+            hf.unwrap_in_accelerate(ORTModule)  # Trainer saves through .module (save_pretrained)
         self._register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
@@ -144,7 +173,9 @@ class ORTModule(torch.nn.Module):
         return self.module.named_modules(memo, prefix, remove_duplicate)
 
     # --- forward ------------------------------------------------------------------------------
-    def forward(self, *args, **kwargs):
+    forward = _ForwardAttribute()
+
+    def _forward_call(self, *args, **kwargs):
         self._last_call = onnx_export.CallSchema(args, kwargs)  # shapes only: for export_onnx(path)
         if self._fallback.active:
             return self.module(*args, **kwargs)
