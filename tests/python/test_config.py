@@ -199,15 +199,6 @@ def test_memory_opt_config_from_json_file(monkeypatch, tmp_path):
     assert ORTModule(Small())._settings.memory_opt_config == (RecomputePlan("Gelu+", 1, -1),)
 
 
-def test_readme_lists_every_variable_as_the_table_defines_it():
-    import pathlib
-
-    from torch_ort.ortmodule.config import documentation
-
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    assert documentation() in readme, "regenerate the README table from config.documentation()"
-
-
 @pytest.mark.parametrize("policy, checked", [("SKIP_CHECK_DISABLED", True), ("", False)])
 def test_skipcheck_policy_device_check_per_call(monkeypatch, policy, checked):
     from torch_ort.ortmodule import ORTModuleDeviceException

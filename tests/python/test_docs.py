@@ -1,0 +1,39 @@
+"""The docs match the code: the user guide's variable table is config.documentation(), every
+public name is in the guide, every ORTMODULE_* name the docs mention exists, and the README
+points to both guides."""
+import pathlib
+import re
+
+import torch_ort
+import torch_ort.optim
+import torch_ort.utils.data
+from torch_ort.ortmodule.config import VARIABLES, documentation
+
+ROOT = pathlib.Path(__file__).parents[2]
+GUIDE = (ROOT / "docs" / "user_guide.md").read_text()
+CONTRIBUTING = (ROOT / "docs" / "contributing.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def test_guide_lists_every_variable_as_the_table_defines_it():
+    assert documentation() in GUIDE, "regenerate the guide's table from config.documentation()"
+    for var in VARIABLES:
+        assert f"`{var.name}`" in GUIDE
+
+
+def test_docs_name_no_variable_that_does_not_exist():
+    known = {v.name for v in VARIABLES}
+    for name, text in (("README.md", README), ("user_guide.md", GUIDE), ("contributing.md", CONTRIBUTING)):
+        named = set(re.findall(r"ORTMODULE_[A-Z_]+[A-Z]", text))
+        assert named <= known, f"{name} names unknown variables {sorted(named - known)}"
+
+
+def test_guide_covers_the_public_api():
+    names = [*torch_ort.__all__, *torch_ort.optim.__all__, *torch_ort.utils.data.__all__,
+             "export_onnx", "save_as_onnx", "memory_report"]
+    missing = [n for n in names if n not in ("optim", "utils") and n not in GUIDE]
+    assert not missing, f"the user guide does not mention {missing}"
+
+
+def test_readme_points_to_the_guides():
+    assert "docs/user_guide.md" in README and "docs/contributing.md" in README
