@@ -1,18 +1,31 @@
-"""Train a small Hugging Face GPT-2 with ORTModule on the Python standard library's own source.
+"""Train a small Hugging Face GPT-2 with ORTModule, checkpoint it, then fine-tune it on a second text.
 
-No download: the text is the interpreter's `*.py` files, read byte-level (vocab 256), so any
-machine with Python has it. The training loop is plain Hugging Face + PyTorch; the one torch_ort
-line is `ORTModule(model)`. `--eager` trains the same model, same batches, without it.
+No download. Pre-training text: the Python standard library's own source (its top-level *.py
+files). Fine-tuning text: Python's reference documentation as the interpreter ships it
+(pydoc_data.topics, English prose). Both byte-level (vocab 256). The loop is plain Hugging Face +
+PyTorch; the one torch_ort line is `ORTModule(model)`.
 
-    scripts/run_example.sh                              # installs what it needs, then runs this
-    .venv/bin/python examples/huggingface_gpt2.py --eager
-    .venv/bin/python examples/huggingface_gpt2.py --steps 2000 --width 256 --layers 6 --seq 256
+Steps: pre-train on code -> checkpoint (save_pretrained + optimizer state) -> perplexity on
+held-out documentation -> a fresh model loaded from the checkpoint -> fine-tune on the
+documentation -> perplexity again. By default this runs twice, each in its own process — ORTModule
+and eager PyTorch, same seeds, same batches — then prints tokens/s, peak memory and perplexities
+side by side and draws both loss curves (PNG).
+
+    scripts/run_example.sh                                       # installs what it needs, then this
+    .venv/bin/python examples/huggingface_gpt2.py --steps 400 --finetune-steps 200 --width 128
+    .venv/bin/python examples/huggingface_gpt2.py --mode ortmodule   # one process, no comparison
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import resource
+import subprocess
+import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,21 +35,34 @@ from tqdm import tqdm
 
 import torch_ort
 
+MODES = ("ortmodule", "eager")
 
-def load_stdlib_bytes(max_mb: float) -> tuple[torch.Tensor, int, Path]:
+
+# --- data ------------------------------------------------------------------------------------------
+def stdlib_source(max_mb: float) -> torch.Tensor:
     """The standard library's top-level *.py files, concatenated as bytes (sorted: reproducible)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    chunks, size, files = [], 0, 0
+    chunks, size = [], 0
     for path in sorted(root.glob("*.py")):
-        data = path.read_bytes()
-        chunks.append(data)
-        size += len(data)
-        files += 1
-        if size >= max_mb * 2**20:
+        chunks.append(path.read_bytes())
+        size += len(chunks[-1])
+        if size >= max_mb * 2 ** 20:
             break
     if not chunks:
         raise SystemExit(f"no Python sources under {root}")
-    return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8), files, root
+    return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)
+
+
+def python_docs(max_mb: float) -> torch.Tensor:
+    """Python's reference documentation topics (pydoc_data ships them with the interpreter)."""
+    from pydoc_data.topics import topics
+    text = "\n\n".join(topics[k] for k in sorted(topics)).encode()[:int(max_mb * 2 ** 20)]
+    return torch.frombuffer(bytearray(text), dtype=torch.uint8)
+
+
+def split(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    cut = int(0.95 * len(data))
+    return data[:cut], data[cut:]
 
 
 def batches(data: torch.Tensor, batch: int, seq: int, gen: torch.Generator):
@@ -46,6 +72,7 @@ def batches(data: torch.Tensor, batch: int, seq: int, gen: torch.Generator):
         yield torch.stack([data[s:s + seq] for s in starts.tolist()]).long()  # (B, T)
 
 
+# --- model and training -------------------------------------------------------------------------
 def build_model(args) -> torch.nn.Module:
     transformers.logging.set_verbosity_error()
     config = transformers.GPT2Config(
@@ -56,65 +83,25 @@ def build_model(args) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def evaluate(model, data: torch.Tensor, args) -> float:
+def perplexity(model, data: torch.Tensor, args) -> float:
     model.eval()
     gen = torch.Generator().manual_seed(args.seed + 1)
     losses = [model(input_ids=x, labels=x).loss.item()
               for x, _ in zip(batches(data, args.batch, args.seq, gen), range(args.eval_batches))]
     model.train()
-    return sum(losses) / len(losses)
+    return math.exp(sum(losses) / len(losses))
 
 
-def lr_at(step: int, args) -> float:
-    warmup = max(1, args.steps // 20)
-    if step < warmup:
-        return args.lr * (step + 1) / warmup
-    return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--eager", action="store_true", help="plain PyTorch, no ORTModule (for comparison)")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--data-mb", type=float, default=4.0, help="how much of the stdlib to read")
-    p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--eval-batches", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-
-    data, files, root = load_stdlib_bytes(args.data_mb)
-    split = int(0.95 * len(data))
-    train_data, val_data = data[:split], data[split:]
-    print(f"data: {files} files from {root} ({len(data) / 2**20:.1f} MiB, byte-level, vocab 256); "
-          f"{len(val_data) / 2**10:.0f} KiB held out")
-
-    torch.manual_seed(args.seed)
-    model = build_model(args)
-    n_params = sum(p.numel() for p in model.parameters())
-    if not args.eager:
-        model = torch_ort.ORTModule(model)
-    mode = "eager PyTorch" if args.eager else "ORTModule"
-    print(f"model: GPT-2, {args.layers} layers x {args.width} wide, {args.heads} heads, "
-          f"{n_params / 1e6:.2f} M parameters; batch {args.batch} x {args.seq} tokens; {mode}")
-
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+def train(model, opt, data, steps, lr, args, label) -> dict:
+    """`steps` steps of cosine-decayed AdamW; the losses and the steady tokens/s (first step apart)."""
     gen = torch.Generator().manual_seed(args.seed)
-    tokens_per_step = args.batch * args.seq
-    losses, first_step_s, exports_first = [], 0.0, 0
-    window_start, window_tokens = time.perf_counter(), 0
-    bar = tqdm(zip(range(args.steps), batches(train_data, args.batch, args.seq, gen)), total=args.steps,
-               desc=mode, unit="step", dynamic_ncols=True)
-    start = time.perf_counter()
+    warmup = max(1, steps // 20)
+    losses, first_s, start = [], 0.0, time.perf_counter()
+    bar = tqdm(zip(range(steps), batches(data, args.batch, args.seq, gen)), total=steps, desc=label,
+               unit="step", dynamic_ncols=True, disable=args.quiet)
     for step, x in bar:
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args)
+            group["lr"] = lr * min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * step / steps)))
         loss = model(input_ids=x, labels=x).loss  # GPT-2 shifts the labels itself
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -122,33 +109,136 @@ def main() -> None:
         opt.step()
         losses.append(loss.item())
         if step == 0:  # includes the export and engine build under ORTModule
-            first_step_s = time.perf_counter() - start
-            exports_first = getattr(model, "export_count", 0)
-            window_start, window_tokens = time.perf_counter(), 0
-            continue
-        window_tokens += tokens_per_step
-        rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{rate:,.0f}")
-        if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-            tqdm.write(f"step {step + 1:5d}  loss {losses[-1]:.4f}  tokens/s {rate:,.0f}")
-            window_start, window_tokens = time.perf_counter(), 0
-    total_s = time.perf_counter() - start
-    bar.close()
-    exports_trained = getattr(model, "export_count", 0)
+            first_s = time.perf_counter() - start
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    total = time.perf_counter() - start
+    steady = (total - first_s) / max(1, steps - 1)
+    return {"losses": losses, "first_step_s": first_s, "tokens_per_s": args.batch * args.seq / max(steady, 1e-9)}
 
-    val = evaluate(model, val_data, args)
-    steady = (total_s - first_step_s) / max(1, args.steps - 1)
-    print(f"done: {args.steps} steps in {total_s:.1f} s (first step {first_step_s:.2f} s, then "
-          f"{steady * 1e3:.1f} ms/step = {tokens_per_step / max(steady, 1e-9):,.0f} tokens/s); "
-          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; held-out loss {val:.4f}")
-    if not args.eager:
-        # The first step may export more than once (ops found for the ATen fallback); after it,
-        # only the evaluation (eval mode, no gradients: its own graph) exports again.
-        print(f"ORTModule exports: {exports_first} in the first step, {exports_trained} after "
-              f"{args.steps} steps, {model.export_count} after evaluation; "
-              f"engines built: {model.engine_build_count}")
-        if model.engine_build_count == 0:
-            print("ORTModule fell back to eager PyTorch (the warning above says why)")
+
+def run_mode(args) -> dict:
+    """One mode, start to end, in this process."""
+    ours = args.mode == "ortmodule"
+    code_train, _ = split(stdlib_source(args.data_mb))
+    docs_train, docs_val = split(python_docs(args.data_mb))
+    wrap = torch_ort.ORTModule if ours else (lambda m: m)
+    torch.manual_seed(args.seed)
+    model = wrap(build_model(args))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    out = {"mode": args.mode, "parameters": sum(p.numel() for p in model.parameters())}
+    out["pretrain"] = train(model, opt, code_train, args.steps, args.lr, args, f"{args.mode}: pre-train on code")
+    exports = getattr(model, "export_count", 0)
+
+    # Checkpoint as a Hugging Face model (ORTModule.module is the GPT2LMHeadModel) + optimizer.
+    ckpt = Path(args.out_dir) / f"checkpoint-{args.mode}"
+    (model.module if ours else model).save_pretrained(ckpt)
+    torch.save(opt.state_dict(), ckpt / "optimizer.pt")
+    out["perplexity_before"] = perplexity(model, docs_val, args)
+    out["exports_pretrain"], out["exports_after_eval"] = exports, getattr(model, "export_count", 0)
+
+    # A new job: the model from the checkpoint, then fine-tuning with a fresh optimizer.
+    model = wrap(transformers.GPT2LMHeadModel.from_pretrained(ckpt))
+    out["perplexity_loaded"] = perplexity(model, docs_val, args)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.finetune_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    out["finetune"] = train(model, opt, docs_train, args.finetune_steps, args.finetune_lr, args,
+                            f"{args.mode}: fine-tune on docs")
+    out["perplexity_after"] = perplexity(model, docs_val, args)
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["fell_back"] = ours and model.engine_build_count == 0
+    return out
+
+
+# --- the comparison ----------------------------------------------------------------------------
+def report(results: dict, args) -> None:
+    rows = [("parameters", lambda r: f"{r['parameters'] / 1e6:.2f} M"),
+            ("pre-training loss (first -> last)", lambda r: f"{r['pretrain']['losses'][0]:.3f} -> {r['pretrain']['losses'][-1]:.3f}"),
+            ("pre-training tokens/s", lambda r: f"{r['pretrain']['tokens_per_s']:,.0f}"),
+            ("first step (export + build)", lambda r: f"{r['pretrain']['first_step_s']:.2f} s"),
+            ("docs perplexity: pre-trained", lambda r: f"{r['perplexity_before']:.2f}"),
+            ("docs perplexity: loaded from checkpoint", lambda r: f"{r['perplexity_loaded']:.2f}"),
+            ("fine-tuning tokens/s", lambda r: f"{r['finetune']['tokens_per_s']:,.0f}"),
+            ("docs perplexity: fine-tuned", lambda r: f"{r['perplexity_after']:.2f}"),
+            ("peak RSS of the process", lambda r: f"{r['peak_rss_mib']:,.0f} MiB")]
+    modes = list(results)
+    print("\n| | " + " | ".join(modes) + " |\n|---|" + "---|" * len(modes))
+    for name, cell in rows:
+        print(f"| {name} | " + " | ".join(cell(results[m]) for m in modes) + " |")
+    if "ortmodule" in results and "eager" in results:
+        o, e = results["ortmodule"], results["eager"]
+        print(f"ORTModule vs eager: pre-training {o['pretrain']['tokens_per_s'] / e['pretrain']['tokens_per_s']:.2f}x "
+              f"tokens/s, fine-tuning {o['finetune']['tokens_per_s'] / e['finetune']['tokens_per_s']:.2f}x, "
+              f"peak RSS {o['peak_rss_mib'] / e['peak_rss_mib']:.2f}x; max |loss difference| "
+              f"{max(abs(a - b) for a, b in zip(o['pretrain']['losses'], e['pretrain']['losses'])):.1e}")
+    if "ortmodule" in results:
+        o = results["ortmodule"]
+        print(f"ORTModule exports: {o['exports_pretrain']} while pre-training, "
+              f"{o['exports_after_eval']} after evaluation"
+              + ("; it FELL BACK to eager PyTorch (the warning above says why)" if o["fell_back"] else ""))
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for mode, r in results.items():
+        pre, ft = r["pretrain"]["losses"], r["finetune"]["losses"]
+        ax.plot(range(len(pre) + len(ft)), pre + ft, label=mode, alpha=0.8)
+    n = len(next(iter(results.values()))["pretrain"]["losses"])
+    ax.axvline(n - 0.5, color="gray", linestyle="--")
+    ax.text(n, ax.get_ylim()[1] * 0.95, " fine-tuning on the docs", va="top", color="gray")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats/byte)")
+    ax.set_title("GPT-2 byte-level: pre-training on stdlib code, then fine-tuning")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=MODES, help="run one mode in this process (default: both, compared)")
+    p.add_argument("--no-eager", action="store_true", help="compare nothing: only the ORTModule process")
+    p.add_argument("--steps", type=int, default=200, help="pre-training steps")
+    p.add_argument("--finetune-steps", type=int, default=100)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--finetune-lr", type=float, default=1e-3)
+    p.add_argument("--data-mb", type=float, default=4.0, help="how much of each text to read")
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="runs/huggingface_gpt2", help="checkpoints and the loss plot")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--result", help=argparse.SUPPRESS)  # a child writes its JSON here
+    args = p.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    if args.mode:
+        result = run_mode(args)
+        if args.result:
+            Path(args.result).write_text(json.dumps(result))
+        else:
+            report({args.mode: result}, args)
+        return
+
+    print(f"GPT-2, {args.layers} layers x {args.width} wide; batch {args.batch} x {args.seq} bytes; "
+          f"{args.steps} pre-training + {args.finetune_steps} fine-tuning steps; each mode in its own process")
+    results = {}
+    passed = [a for a in sys.argv[1:] if a != "--no-eager"]
+    for mode in MODES[:1] if args.no_eager else MODES:
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--mode", mode, "--result", f.name,
+                            *passed], check=True)
+            results[mode] = json.loads(Path(f.name).read_text())
+    report(results, args)
+    png = Path(args.out_dir) / "loss.png"
+    plot(results, png)
+    print(f"loss curves: {png}; checkpoints: {args.out_dir}/checkpoint-*")
 
 
 if __name__ == "__main__":
