@@ -74,3 +74,26 @@ def test_ddp_training_smoke(tmp_path):
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
     resumed = float(re.search(r"^step\s+1\s+loss (\S+)", one.stdout, re.MULTILINE).group(1))
     assert resumed < losses[0] - 0.3, (one.stdout, losses)
+
+
+def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
+    """The BERT example, shortened: it trains through the engine (bf16, FusedLamb, accumulation),
+    and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss."""
+    env = {**__import__("os").environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    base = [sys.executable, str(ROOT / "examples" / "bert_pretraining.py"), "--steps", "6", "--accum", "2",
+            "--batch", "8", "--log-every", "1", "--checkpoint-every", "100"]
+
+    def run(*extra, ckpt):
+        done = subprocess.run([*base, "--checkpoint-dir", str(ckpt), *extra], capture_output=True, text=True,
+                              timeout=600, cwd=ROOT, env=env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        return [float(v) for v in re.findall(r"^step\s+\d+\s+loss (\S+)", done.stdout, re.MULTILINE)], done.stdout
+
+    whole, out = run(ckpt=tmp_path / "a")
+    assert "ORTModule + FusedLamb" in out and len(whole) == 6 and whole[-1] < whole[0], out
+    assert re.search(r"\d+\.\d sequences/s", out)
+    vocab = ("--vocab-file", str(tmp_path / "a" / "vocab.txt"))  # the same vocabulary (training it
+    first, _ = run("--stop-after", "3", *vocab, ckpt=tmp_path / "b")  # again may order it differently)
+    resumed, out = run("--resume", *vocab, ckpt=tmp_path / "b")
+    assert "resumed from" in out and first == whole[:3]
+    assert resumed == whole[3:], (resumed, whole)
