@@ -59,6 +59,7 @@ struct RunContext {
 // input's gradient can be handed to PyTorch as soon as it is final: DDP all-reduces those
 // parameters while the rest of backward still runs.
 struct BackwardRun {
+  uint64_t engine_id = 0;              // the engine that began it
   std::vector<at::Tensor> slots;       // one per value of the training graph
   std::optional<LiveBytes> live;       // when forward was measured
   MeasuredMemory measured;             // forward's part

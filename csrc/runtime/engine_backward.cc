@@ -58,6 +58,7 @@ std::unique_ptr<BackwardRun> Engine::backward_begin(
     throw RunContextError("backward called twice on one RunContext: the first call freed its "
                           "saved activations (retain_graph=True is not supported); run forward again");
   auto run = std::make_unique<BackwardRun>();
+  run->engine_id = id_;
   run->device = ctx.device;
   run->measured = ctx.measured;
   run->taken.assign(g.inputs.size(), 0);
@@ -86,6 +87,8 @@ std::unique_ptr<BackwardRun> Engine::backward_begin(
 
 std::vector<std::optional<at::Tensor>> Engine::backward_take(
     BackwardRun& run, int64_t steps, const std::vector<int64_t>& inputs) const {
+  if (!tg_ || run.engine_id != id_)
+    throw RunContextError("backward_take: this BackwardRun was begun by another engine");
   const Graph& g = tg_->graph;
   const size_t end = steps < 0 ? backward_steps_.size()
                                : std::min<size_t>(static_cast<size_t>(steps), backward_steps_.size());
@@ -133,11 +136,11 @@ std::vector<std::optional<at::Tensor>> Engine::backward_take(
     grads.push_back(later(v) ? run.slots[v].clone() : run.slots[v]);
   }
   // Drop the engine's references to what was handed over, so autograd adopts the tensors as
-  // .grad instead of copying them (it copies a gradient that something else still holds).
+  // .grad instead of copying them (it copies a gradient that something else still holds). The
+  // live-bytes count keeps them, as the estimate does: they stay allocated, as .grad.
   for (int64_t i : inputs) {
     const ValueId v = tg_->input_grads[i];
     if (v == kNoValue || !run.slots[v].defined() || later(v)) continue;
-    if (run.live) run.live->remove(run.slots[v]);
     run.slots[v] = at::Tensor();
   }
   return grads;

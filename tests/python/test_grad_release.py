@@ -198,3 +198,93 @@ def test_bad_release_size_names_the_variable(monkeypatch):
     monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", "-1")
     with pytest.raises(ValueError, match="ORTMODULE_GRADIENT_RELEASE"):
         torch_ort.ORTModule(Stack())
+
+
+class PassThrough(torch.nn.Module):
+    """Returns a parameter, an input and a view of the input beside the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return (self.fc(x) + self.b).pow(2).mean(), self.b, x, x.view(-1)
+
+
+def test_outputs_that_are_inputs_or_parameters_stay_what_they_were(strict):
+    torch.manual_seed(0)
+    eager = PassThrough()
+    ours = torch_ort.ORTModule(copy.deepcopy(eager))
+    x = torch.randn(3, 4, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    loss, b, same_x, flat = ours(x)
+    ref_loss, ref_b, ref_x, ref_flat = eager(x2)
+    assert ours.module.b.is_leaf and ours.module.b.grad_fn is None  # not moved into the graph
+    (loss + b.sum() + same_x.sum() + flat.pow(2).sum()).backward()
+    (ref_loss + ref_b.sum() + ref_x.sum() + ref_flat.pow(2).sum()).backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
+    for p, q in zip(ours.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    ours(x)[0].backward()  # and the module keeps training
+
+
+def _state(loss):
+    return loss.grad_fn.state  # EngineFunction's ctx holds the call's shared backward state
+
+
+def test_a_backward_that_needs_only_early_groups_frees_the_run(strict, monkeypatch):
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    ours = torch_ort.ORTModule(Stack())
+    loss = ours(*batch())
+    (g,) = torch.autograd.grad(loss, [ours.module.head.weight])  # the first group only
+    assert g.shape == ours.module.head.weight.shape
+    assert _state(loss).run is None and _state(loss).run_ctx is None
+
+
+class Explode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("function backward failed")
+
+
+class ExplodingStack(Stack):
+    def forward(self, x, y):
+        return super().forward(Explode.apply(self.layers[0](x)), y)  # fails late in backward
+
+
+def test_an_error_inside_the_engines_backward_frees_the_run(strict, monkeypatch):
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    ours = torch_ort.ORTModule(ExplodingStack())
+    loss = ours(*batch())
+    with pytest.raises(Exception, match="function backward failed"):
+        loss.backward()
+    assert ours.module.head.weight.grad is not None  # early groups had arrived
+    assert _state(loss).run is None
+
+
+def test_an_error_in_a_hook_keeps_nothing_once_the_loss_is_gone(strict, monkeypatch):
+    """As in eager, the graph's unrun part is kept until the caller drops the loss, then freed."""
+    import gc
+    import weakref
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    ours = torch_ort.ORTModule(Stack())
+    loss = ours(*batch())
+
+    def boom(_):
+        raise ValueError("hook failed")
+    handle = ours.module.head.weight.register_post_accumulate_grad_hook(boom)
+    with pytest.raises(ValueError, match="hook failed") as failure:
+        loss.backward()
+    state = weakref.ref(_state(loss))
+    del loss, failure  # the traceback's frames hold the loss too
+    handle.remove()
+    # PyTorch leaves a failed backward's ready nodes in the thread's queue until the next backward
+    # on this thread drains them — eager nodes and ours alike.
+    ours(*batch()).backward()  # the module still trains
+    gc.collect()
+    assert state() is None

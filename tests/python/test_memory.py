@@ -90,7 +90,9 @@ def test_buffers_are_freed_at_last_use(strict):
     assert deep == shallow, (shallow, deep)
 
 
-def test_prediction_matches_the_bytes_a_step_holds(strict):
+@pytest.mark.parametrize("release", ["0", "0.000001"])  # gradients handed over at the end, or in groups
+def test_prediction_matches_the_bytes_a_step_holds(strict, monkeypatch, release):
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", release)
     model = ORTModule(gpt())
     idx, tgt = batch(4, 32)
     predicted = model.memory_report(idx, tgt).predicted  # before any step

@@ -142,3 +142,6 @@ def test_state_dict_round_trip_when_ortmodule_is_a_child():
         assert torch.equal(x, y), name
     with pytest.raises(RuntimeError, match="Unexpected key"):
         b.load_state_dict({**state, "body.extra": torch.zeros(1)})
+    # the wrapped modules' versions are found under the names the parent's walk uses
+    assert state._metadata["body._original_module.1"] == state._metadata["body.1"]
+    assert state._metadata["body.1"]["version"] == torch.nn.BatchNorm1d._version

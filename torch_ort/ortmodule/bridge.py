@@ -72,16 +72,26 @@ class _Backward:
             self.report("pre-backward")
         with python_op.errors_as_raised():
             self.run = self.engine.backward_begin(run_ctx, grads)
+        # A backward that needs only some groups (torch.autograd.grad, backward(inputs=...)) never
+        # asks for the last one: free the run when autograd's backward call ends either way.
+        torch.autograd.Variable._execution_engine.queue_callback(self.end)
+
+    def end(self) -> None:
+        self.run = None  # frees whatever the engine still held
 
     def take(self, k: int) -> list:
         if self.run is None:
             raise RuntimeError("torch_ort: internal: a gradient group was asked for before the "
                                "backward began or after it ended")
         group = self.plan.groups[k]
-        with python_op.errors_as_raised():
-            grads = self.engine.backward_take(self.run, group.steps, list(group.inputs))
+        try:
+            with python_op.errors_as_raised():
+                grads = self.engine.backward_take(self.run, group.steps, list(group.inputs))
+        except BaseException:
+            self.end()  # the backward is over: nothing may keep its activations alive
+            raise
         if k == len(self.plan.groups) - 1:
-            self.run = None  # frees whatever the engine still held
+            self.end()
             if self.report:
                 self.report("post-backward")
         return _unalias(grads)
@@ -94,7 +104,11 @@ class EngineFunction(torch.autograd.Function):
     def forward(ctx, state: _Backward, inputs: list, carrier):
         with python_op.errors_as_raised():
             outputs, run_ctx = state.engine.forward(inputs)
-        ctx.state = state
+        # An output that is an input (a returned parameter or pass-through tensor) or a view of
+        # one must come out as a new tensor: autograd does not see `inputs` (they enter through
+        # the Release nodes) and would otherwise give a leaf parameter this node as its grad_fn.
+        outputs = [o.detach() if o._is_view() or any(o is t for t in inputs) else o for o in outputs]
+        ctx.state, ctx.device = state, carrier.device
         # An output nobody differentiated gets None, not a filled zero tensor of its size (a GPT's
         # logits returned beside the loss: 200 MB); the engine uses a stride-0 zero view instead.
         ctx.set_materialize_grads(False)
@@ -108,34 +122,34 @@ class EngineFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grad_outputs):
         ctx.state.begin(grad_outputs)
-        return None, None, _CARRIER_GRAD
+        return None, None, torch.empty(0, device=ctx.device)
 
 
 class Release(torch.autograd.Function):
     """Group k's inputs enter autograd here; its backward hands over their gradients."""
 
     @staticmethod
-    def forward(ctx, state: _Backward, k: int, carrier, *tensors):
+    def forward(ctx, state: _Backward, k: int, device, carrier, *tensors):
         ctx.state, ctx.k, ctx.chained = state, k, carrier is not None
-        return torch.empty(0)
+        # Carriers live on the engine's device, so autograd runs these nodes where (and on the
+        # stream) the engine's backward runs, as it ran the single node before.
+        return torch.empty(0, device=device)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, _carrier_grad):
+    def backward(ctx, carrier_grad):
         grads = ctx.state.take(ctx.k)
-        return (None, None, _CARRIER_GRAD if ctx.chained else None, *grads)
-
-
-_CARRIER_GRAD = torch.empty(0)
+        return (None, None, None, torch.empty(0, device=carrier_grad.device) if ctx.chained else None, *grads)
 
 
 def run_training(engine, report, plan: ReleasePlan, tensors: list, params: list) -> tuple:
     """The outputs of a training call, wired to autograd through the release chain."""
     inputs = [*tensors, *params]
+    device = inputs[0].device if inputs else torch.device("cpu")
     state = _Backward(engine, report, plan)
     carrier = None
     for k in reversed(range(len(plan.groups))):  # the last group to hand over is the first node
-        carrier = Release.apply(state, k, carrier, *[inputs[i] for i in plan.groups[k].inputs])
+        carrier = Release.apply(state, k, device, carrier, *[inputs[i] for i in plan.groups[k].inputs])
     return EngineFunction.apply(state, inputs, carrier)
 
 

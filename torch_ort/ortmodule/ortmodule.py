@@ -33,24 +33,32 @@ class _ForwardAttribute:
     that forward's signature names; on the class, the plain function."""
 
     def __get__(self, instance, owner):
-        return owner._forward_call if instance is None else _Forward(instance)
+        if instance is None:
+            return owner._forward_call
+        bound = _Forward(instance)
+        instance.__dict__["forward"] = bound  # one per instance (the instance dict wins from now on)
+        return bound
 
 
 class _Forward:
     """ORTModule.forward of one instance: calls the engine path, shows the wrapped module's
-    signature."""
+    signature (and, as __wrapped__, its forward)."""
 
-    __slots__ = ("_owner",)
+    __name__ = __qualname__ = "forward"
 
     def __init__(self, owner: "ORTModule"):
-        self._owner = owner
+        self.__self__ = owner
 
     def __call__(self, *args, **kwargs):
-        return self._owner._forward_call(*args, **kwargs)
+        return self.__self__._forward_call(*args, **kwargs)
+
+    @property
+    def __wrapped__(self):
+        return self.__self__.module.forward
 
     @property
     def __signature__(self):
-        return inspect.signature(self._owner.module.forward)
+        return inspect.signature(self.__self__.module.forward)
 
 
 def _keys_without_wrapper(state_dict, prefix, *_):
@@ -156,7 +164,16 @@ class ORTModule(torch.nn.Module):
         return bool(reads) and all(r is not None and name not in r for r in reads)
 
     def state_dict(self, *args, **kwargs):
-        return self.module.state_dict(*args, **kwargs)
+        out = self.module.state_dict(*args, **kwargs)
+        prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
+        meta = getattr(out, "_metadata", None)
+        if prefix and meta is not None:
+            # Inside a parent, whose load_state_dict walks _modules: its children look their
+            # versions up under '<prefix>_original_module...' (see _keys_without_wrapper).
+            inner = prefix + _ORIGINAL
+            for key in [k for k in meta if (k == prefix[:-1] or k.startswith(prefix)) and not k.startswith(inner)]:
+                meta[inner + key[len(prefix) - 1:]] = meta[key]
+        return out
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
