@@ -20,8 +20,9 @@ class CallSchema:
     """Enough of a call to make another one like it: the argument structure, each tensor's shape,
     dtype and device, and the non-tensor values (no tensor data is kept)."""
 
-    def __init__(self, args: tuple, kwargs: dict):
-        flat, self.spec = pytree.tree_flatten((args, kwargs))
+    def __init__(self, spec: pytree.TreeSpec, flat: list):
+        """`spec`, `flat`: pytree.tree_flatten((args, kwargs)) of the call."""
+        self.spec = spec
         self.leaves = [("T", tuple(x.shape), x.dtype, x.device) if isinstance(x, torch.Tensor) else ("V", x)
                        for x in flat]
 

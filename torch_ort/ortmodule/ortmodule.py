@@ -193,7 +193,6 @@ class ORTModule(torch.nn.Module):
     forward = _ForwardAttribute()
 
     def _forward_call(self, *args, **kwargs):
-        self._last_call = onnx_export.CallSchema(args, kwargs)  # shapes only: for export_onnx(path)
         if self._fallback.active:
             return self.module(*args, **kwargs)
         try:
@@ -250,6 +249,7 @@ class ORTModule(torch.nn.Module):
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
         flat, spec = pytree.tree_flatten((args, kwargs))
+        self._last_call = onnx_export.CallSchema(spec, flat)  # shapes only: for export_onnx(path)
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         for i, t in enumerate(tensors):
             if t.is_complex() or t.is_quantized or t.is_sparse:
