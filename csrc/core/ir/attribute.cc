@@ -71,8 +71,12 @@ void append(std::string& raw, T v) {
 }  // namespace
 
 int64_t TensorData::numel() const {
+  // The importer bounds dims (limits.h); a tensor built otherwise must not wrap around either.
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw std::overflow_error("a constant tensor's element count overflows int64 (or a dim is negative)");
+  }
   return n;
 }
 

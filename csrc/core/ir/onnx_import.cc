@@ -1,8 +1,11 @@
 // ONNX ModelProto bytes -> IR, through the generated lite classes (namespace torch_ort_onnx).
 #include <cstring>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/verifier.h"
 #include "torch_ort_onnx.pb.h"
@@ -38,11 +41,24 @@ TypeInfo to_type(const pb::ValueInfoProto& vi) {
   const pb::TypeProto::Tensor& tt = vi.type().tensor_type();
   t.dtype = to_dtype(tt.elem_type(), what);
   if (!tt.has_shape()) return t;  // rank unknown
+  if (tt.shape().dim_size() > limits::kMaxRank) {
+    throw OnnxImportError(what + " has rank " +
+                          limits::over(tt.shape().dim_size(), "kMaxRank", limits::kMaxRank));
+  }
   t.shape.rank_known = true;
   for (const pb::TensorShapeProto::Dimension& d : tt.shape().dim()) {
+    if (d.has_dim_param() && static_cast<int64_t>(d.dim_param().size()) > limits::kMaxSymbolBytes) {
+      throw OnnxImportError(what + " has a symbolic dim (dim_param) of " +
+                            limits::over(static_cast<int64_t>(d.dim_param().size()), "kMaxSymbolBytes",
+                                         limits::kMaxSymbolBytes) + " bytes");
+    }
     if (d.has_dim_value()) t.shape.dims.push_back(Dim::known(d.dim_value()));
     else if (d.has_dim_param() && !d.dim_param().empty()) t.shape.dims.push_back(Dim::symbolic(d.dim_param()));
     else t.shape.dims.push_back(Dim{});  // neither: a dimension of unknown size
+  }
+  // A negative dim_value reads as unknown (Dim::is_known); huge known sizes are refused.
+  if (std::string why = limits::check_shape(t.shape); !why.empty()) {
+    throw OnnxImportError(what + " has shape " + t.shape.to_string() + ": " + why);
   }
   return t;
 }
@@ -56,8 +72,30 @@ void pack(const Src& src, std::string& raw) {
   }
 }
 
+// Running totals over the whole model, checked against limits.h as the importer goes.
+struct Budget {
+  int64_t constant_bytes = 0;  // decoded constant data so far (kMaxConstantBytes)
+};
+
+// How many values the typed field of `dtype` holds, and its name (raw_data absent).
+std::pair<int64_t, const char*> typed_count(const pb::TensorProto& t, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat: case DType::kComplex64: return {t.float_data_size(), "float_data"};
+    case DType::kDouble: case DType::kComplex128: return {t.double_data_size(), "double_data"};
+    case DType::kInt64: return {t.int64_data_size(), "int64_data"};
+    case DType::kUInt32: case DType::kUInt64: return {t.uint64_data_size(), "uint64_data"};
+    default: return {t.int32_data_size(), "int32_data"};
+  }
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string out;
+  for (int64_t x : dims) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return "[" + out + "]";
+}
+
 // `what` says where the tensor sits ("initializer 'w'", "attribute 'value' of node ...").
-TensorData to_tensor(const pb::TensorProto& t, const std::string& what) {
+TensorData to_tensor(const pb::TensorProto& t, const std::string& what, Budget& budget) {
   if (t.data_location() == pb::TensorProto_DataLocation_EXTERNAL || t.external_data_size() > 0) {
     throw OnnxImportError(what + " stores its data externally (data_location=EXTERNAL); "
                           "torch_ort needs every tensor embedded in the model bytes");
@@ -69,13 +107,46 @@ TensorData to_tensor(const pb::TensorProto& t, const std::string& what) {
     throw OnnxImportError(what + " has element type " + std::string(dtype_name(d.dtype)) +
                           ", which torch_ort cannot hold as a constant");
   }
+  if (t.dims_size() > limits::kMaxRank) {
+    throw OnnxImportError(what + " has rank " + limits::over(t.dims_size(), "kMaxRank", limits::kMaxRank));
+  }
   d.dims.assign(t.dims().begin(), t.dims().end());
   for (int64_t x : d.dims) {
     if (x < 0) throw OnnxImportError(what + " has a negative dimension " + std::to_string(x));
   }
+  std::string why;
+  const std::optional<int64_t> numel = limits::bounded_numel(d.dims, &why);
+  if (!numel) throw OnnxImportError(what + " has dims " + dims_text(d.dims) + ": " + why);
+  const int64_t expected = *numel * dtype_size(d.dtype);  // <= 2^48 * 16: cannot overflow
+  if (expected > limits::kMaxConstantBytes - budget.constant_bytes) {
+    throw OnnxImportError(what + " holds " + std::to_string(expected) + " bytes of data (" +
+                          std::string(dtype_name(d.dtype)) + " " + dims_text(d.dims) +
+                          "); with the constants before it that is " +
+                          limits::over(budget.constant_bytes + expected, "kMaxConstantBytes",
+                                       limits::kMaxConstantBytes) + " bytes");
+  }
+  budget.constant_bytes += expected;
+  const auto [typed, field] = typed_count(t, d.dtype);
   if (t.has_raw_data()) {
+    if (typed > 0) {
+      throw OnnxImportError(what + " has both raw_data and " + std::to_string(typed) + " values in " +
+                            field + "; a tensor holds its data in one of them");
+    }
+    if (static_cast<int64_t>(t.raw_data().size()) != expected) {
+      throw OnnxImportError(what + " has " + std::to_string(t.raw_data().size()) +
+                            " bytes of raw_data, expected " + std::to_string(expected) + " for " +
+                            std::string(dtype_name(d.dtype)) + " " + dims_text(d.dims));
+    }
     d.raw = t.raw_data();
   } else {
+    // Counted before packing, so a wrong count never allocates what the dims do not justify.
+    const bool complex = d.dtype == DType::kComplex64 || d.dtype == DType::kComplex128;
+    const int64_t want = complex ? 2 * *numel : *numel;
+    if (typed != want) {
+      throw OnnxImportError(what + " has " + std::to_string(typed) + " values in " + field +
+                            ", expected " + std::to_string(want) + " for " +
+                            std::string(dtype_name(d.dtype)) + " " + dims_text(d.dims));
+    }
     // Typed fields: small ints, float16 and bfloat16 travel as int32 (bit patterns for 16-bit
     // floats), unsigned 32/64-bit ints as uint64, complex as (re, im) pairs.
     switch (d.dtype) {
@@ -93,21 +164,47 @@ TensorData to_tensor(const pb::TensorProto& t, const std::string& what) {
       default: break;
     }
   }
-  const int64_t expected = d.numel() * dtype_size(d.dtype);
-  if (static_cast<int64_t>(d.raw.size()) != expected) {
-    std::string dims;
-    for (int64_t x : d.dims) {
-      if (!dims.empty()) dims += ',';
-      dims += std::to_string(x);
-    }
+  if (static_cast<int64_t>(d.raw.size()) != expected) {  // a dtype the switch does not pack
     throw OnnxImportError(what + " has " + std::to_string(d.raw.size()) + " bytes of data, expected " +
                           std::to_string(expected) + " for " + std::string(dtype_name(d.dtype)) +
-                          " [" + dims + "]");
+                          " " + dims_text(d.dims));
   }
   return d;
 }
 
-Attribute to_attribute(const pb::AttributeProto& a, const std::string& who) {
+// Per-axis attributes of standard ops: one entry per axis (two for pads), so at most 2 x kMaxRank.
+bool is_shape_attribute(const std::string& name) {
+  static const char* const kNames[] = {"perm", "axes", "pads", "strides", "dilations", "kernel_shape",
+                                       "output_padding", "output_shape", "starts", "ends"};
+  for (const char* n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
+void check_list_length(int64_t n, const std::string& what, bool per_axis) {
+  if (per_axis && n > limits::kMaxShapeAttributeElements) {
+    throw OnnxImportError(what + " has " + limits::over(n, "kMaxShapeAttributeElements",
+                                                        limits::kMaxShapeAttributeElements) +
+                          " entries (one or two per axis)");
+  }
+  if (n > limits::kMaxAttributeElements) {
+    throw OnnxImportError(what + " has " +
+                          limits::over(n, "kMaxAttributeElements", limits::kMaxAttributeElements) +
+                          " entries");
+  }
+}
+
+void check_string_length(const std::string& str, const std::string& what) {
+  if (static_cast<int64_t>(str.size()) > limits::kMaxAttributeStringBytes) {
+    throw OnnxImportError(what + " holds a string of " +
+                          limits::over(static_cast<int64_t>(str.size()), "kMaxAttributeStringBytes",
+                                       limits::kMaxAttributeStringBytes) + " bytes");
+  }
+}
+
+// `standard`: the node is in the ONNX domain, where per-axis attribute names mean what they say.
+Attribute to_attribute(const pb::AttributeProto& a, const std::string& who, bool standard,
+                       Budget& budget) {
   const std::string what = "attribute '" + a.name() + "' of " + who;
   if (!a.ref_attr_name().empty()) {
     throw OnnxImportError(what + " refers to a function attribute, which is not supported");
@@ -122,16 +219,23 @@ Attribute to_attribute(const pb::AttributeProto& a, const std::string& who) {
     else if (a.floats_size()) type = pb::AttributeProto_AttributeType_FLOATS;
     else if (a.strings_size()) type = pb::AttributeProto_AttributeType_STRINGS;
   }
+  const bool per_axis = standard && is_shape_attribute(a.name());
   switch (type) {
     case pb::AttributeProto_AttributeType_INT: return a.i();
     case pb::AttributeProto_AttributeType_FLOAT: return a.f();
-    case pb::AttributeProto_AttributeType_STRING: return a.s();
-    case pb::AttributeProto_AttributeType_TENSOR: return to_tensor(a.t(), what);
+    case pb::AttributeProto_AttributeType_STRING:
+      check_string_length(a.s(), what);
+      return a.s();
+    case pb::AttributeProto_AttributeType_TENSOR: return to_tensor(a.t(), what, budget);
     case pb::AttributeProto_AttributeType_INTS:
+      check_list_length(a.ints_size(), what, per_axis);
       return std::vector<int64_t>(a.ints().begin(), a.ints().end());
     case pb::AttributeProto_AttributeType_FLOATS:
+      check_list_length(a.floats_size(), what, per_axis);
       return std::vector<float>(a.floats().begin(), a.floats().end());
     case pb::AttributeProto_AttributeType_STRINGS:
+      check_list_length(a.strings_size(), what, per_axis);
+      for (const std::string& x : a.strings()) check_string_length(x, what);
       return std::vector<std::string>(a.strings().begin(), a.strings().end());
     default: {
       const std::string& kind = pb::AttributeProto_AttributeType_Name(type);
@@ -145,6 +249,13 @@ Attribute to_attribute(const pb::AttributeProto& a, const std::string& who) {
 }  // namespace
 
 Graph import_onnx(const std::string& bytes) {
+  if (static_cast<int64_t>(bytes.size()) > limits::kMaxModelBytes) {
+    throw OnnxImportError("the model is " +
+                          limits::over(static_cast<int64_t>(bytes.size()), "kMaxModelBytes",
+                                       limits::kMaxModelBytes) +
+                          " bytes (protobuf's cap on one message); move large weights out of the "
+                          "graph (ORTModule binds parameters as graph inputs)");
+  }
   pb::ModelProto model;
   if (!model.ParseFromString(bytes)) {
     throw OnnxImportError("not a valid ONNX ModelProto: " + std::to_string(bytes.size()) +
@@ -160,6 +271,21 @@ Graph import_onnx(const std::string& bytes) {
                           model.functions(0).name() + "'); export with functions inlined");
   }
   const pb::GraphProto& gp = model.graph();
+  if (gp.node_size() > limits::kMaxNodes) {
+    throw OnnxImportError("graph '" + gp.name() + "' has " +
+                          limits::over(gp.node_size(), "kMaxNodes", limits::kMaxNodes) + " nodes");
+  }
+  const std::pair<int64_t, const char*> lists[] = {{gp.initializer_size(), "initializers"},
+                                                   {gp.input_size(), "graph inputs"},
+                                                   {gp.output_size(), "graph outputs"},
+                                                   {gp.value_info_size(), "value_info entries"}};
+  for (const auto& [n, kind] : lists) {
+    if (n > limits::kMaxValues) {
+      throw OnnxImportError("graph '" + gp.name() + "' has " +
+                            limits::over(n, "kMaxValues", limits::kMaxValues) + " " + kind);
+    }
+  }
+  Budget budget;
   Graph g;
   if (!gp.name().empty()) g.name = gp.name();
   if (model.opset_import_size() > 0) {
@@ -176,7 +302,7 @@ Graph import_onnx(const std::string& bytes) {
     const std::string what = "initializer '" + t.name() + "'";
     if (t.name().empty()) throw OnnxImportError("an initializer has an empty name");
     if (g.find(t.name())) throw OnnxImportError(what + " is defined twice");
-    TensorData data = to_tensor(t, what);
+    TensorData data = to_tensor(t, what, budget);
     std::vector<Dim> dims;
     for (int64_t x : data.dims) dims.push_back(Dim::known(x));
     const ValueId v = g.add_value(t.name(), data.dtype, Shape::of(std::move(dims)));
@@ -210,6 +336,11 @@ Graph import_onnx(const std::string& bytes) {
     n.op_type = np.op_type();
     n.name = np.name();
     const std::string who = "node " + n.describe();
+    if (g.num_values() + static_cast<int64_t>(np.output_size()) > limits::kMaxValues) {
+      throw OnnxImportError(who + " brings the graph's values (inputs, initializers, node outputs) to " +
+                            limits::over(g.num_values() + static_cast<int64_t>(np.output_size()),
+                                         "kMaxValues", limits::kMaxValues));
+    }
     for (const std::string& out : np.output()) {
       if (out.empty()) { n.outputs.push_back(kNoValue); continue; }
       if (g.find(out)) {
@@ -222,7 +353,7 @@ Graph import_onnx(const std::string& bytes) {
     }
     for (const pb::AttributeProto& a : np.attribute()) {
       if (n.attrs.has(a.name())) throw OnnxImportError(who + " has attribute '" + a.name() + "' twice");
-      n.attrs.set(a.name(), to_attribute(a, who));
+      n.attrs.set(a.name(), to_attribute(a, who, n.domain.empty(), budget));
     }
     g.nodes.push_back(std::move(n));
   }

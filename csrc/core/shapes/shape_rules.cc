@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/limits.h"
 
 namespace torch_ort {
 namespace {
@@ -67,6 +68,11 @@ std::optional<std::vector<int64_t>> ShapeCtx::ints(int i) const {
 
 void ShapeCtx::set(int k, Shape s) {
   if (k < 0 || k >= num_outputs()) return;  // an omitted output's shape is simply not read
+  // A shape computed from the model's constants (Expand, Tile, Range, Reshape targets) must be
+  // within the limits a model's own shapes are held to: nothing later may allocate by it.
+  if (std::string why = limits::check_shape(s); !why.empty())
+    fail("output " + std::to_string(k) + " would have " +
+         (s.rank() <= limits::kMaxRank ? "shape " + s.to_string() + ": " : std::string()) + why);
   out_shapes[k] = std::move(s);
 }
 

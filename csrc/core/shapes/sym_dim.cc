@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
+
+#include "csrc/core/ir/limits.h"
 
 namespace torch_ort {
 namespace {
@@ -151,7 +154,7 @@ std::string SymExpr::to_string() const {
   std::string out;
   auto emit = [&](const std::vector<std::string>& f, int64_t c) {
     if (!out.empty() || c < 0) out += c < 0 ? "-" : "+";
-    const int64_t a = c < 0 ? -c : c;
+    const uint64_t a = c < 0 ? 0 - static_cast<uint64_t>(c) : static_cast<uint64_t>(c);  // INT64_MIN too
     std::string t = f.empty() || a != 1 ? std::to_string(a) : "";
     for (const std::string& x : f) {
       if (!t.empty()) t.push_back('*');
@@ -180,8 +183,11 @@ std::vector<std::string> SymExpr::atoms() const {
   return out;
 }
 
+// Run-time sizes are bound here, so an overflow is an error (std::overflow_error naming the
+// expression and the bindings), never a wrapped size.
 std::optional<int64_t> SymExpr::evaluate(const std::map<std::string, int64_t>& env) const {
   int64_t total = 0;
+  bool overflow = false;
   for (const auto& [f, c] : terms) {
     int64_t t = c;
     for (const std::string& x : f) {
@@ -190,20 +196,36 @@ std::optional<int64_t> SymExpr::evaluate(const std::map<std::string, int64_t>& e
       std::string lhs, rhs;
       if (!v && split_floordiv(x, lhs, rhs)) {
         auto a = parse(lhs).evaluate(env), b = parse(rhs).evaluate(env);
-        if (a && b && *b > 0) v = *a >= 0 ? *a / *b : -((-*a + *b - 1) / *b);
+        // floor(a / b) for b > 0; for a < 0 as -ceil(-a / b) = -((-a - 1) / b + 1), no overflow.
+        if (a && b && *b > 0) v = *a >= 0 ? *a / *b : -((-(*a + 1)) / *b) - 1;
       }
       if (!v) return std::nullopt;
-      t *= *v;
+      overflow = overflow || __builtin_mul_overflow(t, *v, &t);
     }
-    total += t;
+    overflow = overflow || __builtin_add_overflow(total, t, &total);
+  }
+  if (overflow) {
+    std::string bound;
+    for (const std::string& a : atoms()) {
+      auto it = env.find(a);
+      if (it != env.end()) bound += (bound.empty() ? "" : ", ") + a + "=" + std::to_string(it->second);
+    }
+    throw std::overflow_error("symbolic size " + to_string() + " overflows int64 when evaluated with " +
+                              (bound.empty() ? std::string("its bindings") : bound));
   }
   return total;
 }
 
+// Coefficient arithmetic is checked: an overflow throws std::overflow_error. dim_add/dim_mul and
+// shape rules turn it into an unknown dim (a valid answer for symbolic shapes: a size that does
+// not fit int64 cannot exist at run time anyway); the planner reports it as an error.
 SymExpr operator+(const SymExpr& a, const SymExpr& b) {
   SymExpr out = a;
-  for (const auto& [f, c] : b.terms)
-    if ((out.terms[f] += c) == 0) out.terms.erase(f);
+  for (const auto& [f, c] : b.terms) {
+    int64_t& sum = out.terms[f];
+    sum = checked_add(sum, c, "symbolic size arithmetic");
+    if (sum == 0) out.terms.erase(f);
+  }
   return out;
 }
 
@@ -216,7 +238,9 @@ SymExpr operator*(const SymExpr& a, const SymExpr& b) {
       std::vector<std::string> f = fa;
       f.insert(f.end(), fb.begin(), fb.end());
       std::sort(f.begin(), f.end());
-      if ((out.terms[f] += ca * cb) == 0) out.terms.erase(f);
+      int64_t& sum = out.terms[f];
+      sum = checked_add(sum, checked_mul(ca, cb, "symbolic size arithmetic"), "symbolic size arithmetic");
+      if (sum == 0) out.terms.erase(f);
     }
   return out;
 }
@@ -225,7 +249,11 @@ namespace {
 template <typename F>
 Dim lift(const Dim& a, const Dim& b, F f) {
   auto x = SymExpr::of(a), y = SymExpr::of(b);
-  return x && y ? f(*x, *y).to_dim() : Dim{};
+  try {
+    return x && y ? f(*x, *y).to_dim() : Dim{};
+  } catch (const std::overflow_error&) {
+    return Dim{};  // unknown: see operator+
+  }
 }
 }  // namespace
 
@@ -238,6 +266,7 @@ Dim dim_div_exact(const Dim& a, const Dim& b) {
   if (!x || !y || y->terms.size() != 1) return Dim{};  // only a monomial divides cheaply
   const auto& [fy, cy] = *y->terms.begin();
   SymExpr out;
+  if (cy == -1) return Dim{};  // INT64_MIN / -1 overflows; a negative divisor is no size anyway
   for (const auto& [f, c] : x->terms) {
     if (c % cy != 0) return Dim{};
     std::vector<std::string> rest = f;
