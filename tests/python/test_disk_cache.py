@@ -67,23 +67,136 @@ def test_in_process_hit_and_key_changes(strict, monkeypatch, tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 3
 
 
-@pytest.mark.parametrize("damage", ["truncate", "format"])
+def _entry(tmp_path):
+    onnx_file = next(tmp_path.glob("*.onnx"))
+    return onnx_file, onnx_file.with_suffix(".json")
+
+
+def _rewrite_graph(tmp_path, edit):
+    """Replaces the entry's graph with edit(ModelProto) and records the new digest, so only the
+    checks after the digest can reject it (what someone able to write the directory can do)."""
+    import hashlib
+    import json
+
+    import onnx
+
+    onnx_file, json_file = _entry(tmp_path)
+    model = onnx.load_model_from_string(onnx_file.read_bytes())
+    data = edit(model)
+    data = data if isinstance(data, bytes) else model.SerializeToString()
+    onnx_file.write_bytes(data)
+    meta = json.loads(json_file.read_text())
+    meta["onnx_sha256"] = hashlib.sha256(data).hexdigest()
+    json_file.write_text(json.dumps(meta))
+
+
+def _damage(tmp_path, damage):
+    onnx_file, json_file = _entry(tmp_path)
+    if damage == "truncated graph":
+        onnx_file.write_bytes(onnx_file.read_bytes()[:50])
+    elif damage == "truncated record":
+        json_file.write_bytes(json_file.read_bytes()[:40])
+    elif damage == "empty graph":
+        onnx_file.write_bytes(b"")
+    elif damage == "other format":
+        json_file.write_text(json_file.read_text().replace('"format": 1', '"format": 99'))
+    elif damage == "other torch_ort version":
+        import torch_ort
+        json_file.write_text(json_file.read_text().replace(f'"torch_ort": "{torch_ort.__version__}"',
+                                                           '"torch_ort": "0.0.1"'))
+    elif damage == "not a ModelProto (digest matches)":
+        _rewrite_graph(tmp_path, lambda m: b"\xff\xff\xff not protobuf")
+    elif damage == "other inputs (digest matches)":
+        _rewrite_graph(tmp_path, lambda m: m.graph.input.pop())
+    elif damage == "graph the engine refuses (digest matches)":
+        def refuse(m):
+            m.graph.node[0].input[0] = "no_such_value"  # the importer names the dangling input
+        _rewrite_graph(tmp_path, refuse)
+    else:
+        raise AssertionError(damage)
+
+
+DAMAGES = ["truncated graph", "truncated record", "empty graph", "other format",
+           "other torch_ort version", "not a ModelProto (digest matches)",
+           "other inputs (digest matches)", "graph the engine refuses (digest matches)"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_entry_is_rejected_and_rewritten(strict, monkeypatch, tmp_path, damage):
     monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
-    ORTModule(Net())(torch.randn(2, 4)).backward()
-    onnx_file = next(tmp_path.glob("*.onnx"))
-    json_file = onnx_file.with_suffix(".json")
-    if damage == "truncate":
-        onnx_file.write_bytes(onnx_file.read_bytes()[:50])
-    else:
-        json_file.write_text(json_file.read_text().replace('"format": 1', '"format": 99'))
-    again = ORTModule(Net())
     torch.manual_seed(0)
-    again(torch.randn(2, 4)).backward()
+    clean = ORTModule(Net())
+    x = torch.randn(2, 4)
+    clean(x).backward()
+    _damage(tmp_path, damage)
+    torch.manual_seed(0)
+    again = ORTModule(Net())
+    loss = again(x)
+    loss.backward()
     assert (again.export_count, again.cache_hit_count) == (1, 0)
+    assert loss.item() == clean(x).item()  # (same seed, same weights)
+    assert [p.grad for p in again.parameters()][0].equal(next(clean.parameters()).grad)
     fresh = ORTModule(Net())
     fresh(torch.randn(2, 4)).backward()
-    assert fresh.cache_hit_count == 1   # the rewritten entry is good
+    assert (fresh.export_count, fresh.cache_hit_count) == (0, 1)  # the rewritten entry is good
+
+
+def test_entry_records_the_versions_that_wrote_it(strict, monkeypatch, tmp_path):
+    import json
+
+    import torch_ort
+
+    monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
+    ORTModule(Net())(torch.randn(2, 4)).backward()
+    meta = json.loads(_entry(tmp_path)[1].read_text())
+    assert (meta["torch_ort"], meta["torch"]) == (torch_ort.__version__, torch.__version__)
+
+
+class Counted(torch.autograd.Function):
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        Counted.calls += 1
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class WithFunction(Net):
+    def forward(self, x):
+        return Counted.apply(self.fc(x)).sum()
+
+
+def test_cached_graph_naming_a_python_op_is_never_run(strict, monkeypatch, tmp_path, torch_ort_log):
+    """An entry whose graph has a PythonOp node, even one naming a Function this process did
+    register (another model's), is rejected: cached graphs never run Python."""
+    from torch_ort.ortmodule import python_op
+
+    other = ORTModule(WithFunction())           # registers a Counted call site in this process
+    other(torch.randn(2, 4)).backward()
+    (func_id,) = [i for i, s in python_op._SITES.items() if s.function is Counted]
+    monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
+    ORTModule(Net())(torch.randn(2, 4)).backward()
+
+    def hijack(m):
+        import onnx.helper
+
+        node = m.graph.node[0]
+        del node.attribute[:]
+        node.op_type, node.domain = "PythonOp", "com.torch_ort"
+        node.attribute.extend([onnx.helper.make_attribute("func_id", func_id),
+                               onnx.helper.make_attribute("name", "os.system")])
+        del node.input[1:]
+    _rewrite_graph(tmp_path, hijack)
+    calls = Counted.calls
+    again = ORTModule(Net())
+    again(torch.randn(2, 4)).backward()
+    assert Counted.calls == calls
+    assert (again.export_count, again.cache_hit_count) == (1, 0)
+    assert any("PythonOp node" in r.getMessage() for r in torch_ort_log)
 
 
 def test_python_op_graphs_are_not_cached(strict, monkeypatch, tmp_path):

@@ -6,10 +6,17 @@ An entry is two files named by a SHA-256 key: `<key>.onnx` (the graph our engine
 Nothing in an entry is code: the JSON is data and the output tree is pytree's JSON form. The key
 covers the versions of torch and torch_ort, the module's structure (repr, the source files of its
 classes, every parameter's and buffer's name, shape and dtype), the training flag, the input
-schema, the autocast state, the opset and the ATen fallback set. An entry that does not parse,
-whose graph does not match its recorded digest, or that names parameters the module lacks is
-ignored and rewritten.
-Graphs with PythonOp nodes are never cached: their Functions live only in the exporting process.
+schema, the autocast state, the opset and the ATen fallback set.
+
+Nothing read from the directory is trusted: an entry is ignored and rewritten when it does not
+parse, was written by another format or another torch_ort/torch version, its graph does not match
+its recorded digest (truncated or edited), its graph's inputs are not the recorded ones, it names
+parameters the module lacks, or its graph holds a PythonOp node. The last rule is the one that
+keeps a file from running Python: graphs with PythonOp nodes are never stored (their Functions live
+only in the exporting process's registry), so a cached graph that has one was not written by us.
+A graph that passes these checks still goes through the engine's importer, verifier and input
+limits; if the engine cannot be built from it, the runner drops the entry and exports again
+(runner.GraphRunner.engine_for).
 """
 from __future__ import annotations
 
@@ -74,7 +81,10 @@ def store(directory: str, key: str, result: ExportResult, aten_ops: list[str]) -
     if not _jsonable(constants):
         LOGGER.info("ORTMODULE_CACHE_DIR: not caching the graph: it returns non-JSON constants")
         return False
-    meta = {"format": FORMAT, "onnx_sha256": hashlib.sha256(result.onnx_bytes).hexdigest(),
+    import torch_ort
+
+    meta = {"format": FORMAT, "torch_ort": torch_ort.__version__, "torch": torch.__version__,
+            "onnx_sha256": hashlib.sha256(result.onnx_bytes).hexdigest(),
             "param_names": result.param_names, "out_spec": spec, "out_constants": constants,
             "static_dims": result.static_dims, "input_names": result.input_names,
             "buffer_updates": result.buffer_updates, "aten_ops": aten_ops,
@@ -101,8 +111,10 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
             onnx_bytes = f.read()
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT}")
+        _check_versions(meta)
         if hashlib.sha256(onnx_bytes).hexdigest() != meta["onnx_sha256"]:
             raise ValueError("the graph file does not match its recorded digest (truncated or edited)")
+        _check_graph(onnx_bytes, list(meta["input_names"]) + list(meta["param_names"]))
         named = {n for n, _ in (*module.named_parameters(remove_duplicate=False),
                                 *module.named_buffers(remove_duplicate=False))}
         missing = [n for n in meta["param_names"] if n not in named]
@@ -122,3 +134,49 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
     LOGGER.info("ORTMODULE_CACHE_DIR: loaded the exported graph from %s (export skipped; it took "
                 "%.2fs when it was made)", base, meta.get("export_seconds", 0.0))
     return result, aten_ops
+
+
+def _check_versions(meta: dict) -> None:
+    import torch_ort
+
+    ours = {"torch_ort": torch_ort.__version__, "torch": torch.__version__}
+    for name, version in ours.items():
+        if meta.get(name) != version:
+            raise ValueError(f"written by {name} {meta.get(name)!r}; this process runs {version}")
+
+
+def _check_graph(onnx_bytes: bytes, expected_inputs: list[str]) -> None:
+    """The graph's inputs are the recorded ones, and it runs no Python (see the module docstring).
+    Everything else about the graph is the engine's to check when it imports it."""
+    import onnx
+
+    from torch_ort.ortmodule.python_op import DOMAIN_OP
+
+    model = onnx.ModelProto()
+    model.ParseFromString(onnx_bytes)  # DecodeError on bytes that are not a ModelProto
+    inputs = [i.name for i in model.graph.input]
+    if inputs != expected_inputs:
+        raise ValueError(f"its graph has inputs {inputs[:4]}..., the entry records "
+                         f"{expected_inputs[:4]}...")
+    domain, op = DOMAIN_OP.split("::")
+    pending = [model.graph, *model.functions]  # and every subgraph held by an attribute
+    while pending:
+        for node in pending.pop().node:
+            if node.op_type == op and node.domain == domain:
+                raise ValueError(f"its graph has a PythonOp node ({node.name or 'unnamed'}); cached "
+                                 "graphs never run Python")
+            for attr in node.attribute:
+                pending.extend([attr.g] if attr.HasField("g") else [])
+                pending.extend(attr.graphs)
+
+
+def drop(directory: str, key: str, reason: str) -> None:
+    """Removes an entry the engine could not be built from (it is written again after export)."""
+    base = os.path.join(directory, key)
+    LOGGER.warning("ORTMODULE_CACHE_DIR: the engine cannot be built from cache entry %s (%s); "
+                   "exporting again", base, reason)
+    for suffix in (".json", ".onnx"):
+        try:
+            os.remove(base + suffix)
+        except OSError:
+            pass

@@ -242,6 +242,9 @@ class ORTModule(torch.nn.Module):
     def _count_export(self):
         self.export_count += 1
 
+    def _count_cache_hit(self, n: int):
+        self.cache_hit_count += n  # -1: the engine could not be built from the entry (exported)
+
     def _prepare(self, args, kwargs):
         """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
         runs nothing."""
@@ -262,8 +265,7 @@ class ORTModule(torch.nn.Module):
             self._check_devices(tensors, self.module.parameters())
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
-                                 schema=key)
-            self.cache_hit_count += runner.export.from_cache
+                                 schema=key, on_cache_hit=self._count_cache_hit)
             self._adopt_stale(key, runner)
             self._runners[key] = runner
             params = runner.params

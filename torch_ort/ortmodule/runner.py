@@ -70,12 +70,14 @@ def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
 
 class GraphRunner:
     """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
-    per export, re-exports for the ATen fallback included."""
+    per export, re-exports for the ATen fallback included; `on_cache_hit(n)` with 1 when the export
+    came from ORTMODULE_CACHE_DIR, -1 when that entry was then rejected (and exported instead)."""
 
     def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions,
                  aten: AtenFallback, on_export=lambda: None, settings: Settings | None = None,
-                 schema=None):
+                 schema=None, on_cache_hit=lambda n: None):
         self._module, self._aten, self._on_export = module, aten, on_export
+        self._on_cache_hit = on_cache_hit
         self._debug = debug
         self._settings = settings or Settings.from_env()
         self._schema = schema
@@ -93,6 +95,7 @@ class GraphRunner:
             hit = disk_cache.load(st.cache_dir, self._cache_key, self._module)
             if hit is not None:
                 self.export, ops = hit
+                self._on_cache_hit(1)
                 self._aten.add({op: "recorded in the export cache" for op in
                                 filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
         if self.export is None:
@@ -138,7 +141,16 @@ class GraphRunner:
             engine = self._engines.get((training, flags))
             if engine is None:
                 n_inputs = len(tensors) + len(params)
-                engine = self._build(training, list(flags) if flags else [False] * n_inputs)
+                try:
+                    engine = self._build(training, list(flags) if flags else [False] * n_inputs)
+                except Exception as e:
+                    if not self.export.from_cache:
+                        raise
+                    # A graph read from ORTMODULE_CACHE_DIR is never trusted over an export.
+                    disk_cache.drop(self._settings.cache_dir, self._cache_key, f"{type(e).__name__}: {e}")
+                    self._on_cache_hit(-1)
+                    self._export(args, kwargs)
+                    continue
             if engine is not None:
                 self._engines[(training, flags)] = engine
                 self._store_in_cache()
