@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/passes/pattern.h"
 
@@ -126,12 +127,22 @@ int64_t source_index(int64_t flat, const std::vector<int64_t>& out, const std::v
   return src;
 }
 
+// Element count, saturating at INT64_MAX: shapes here come from constants (an Expand or Reshape
+// target may be hostile), and a saturated count is simply too large to fold. A dim over
+// limits::kMaxDim saturates too, even beside a 0 ([0, 2^62] must not become an initializer).
+int64_t numel_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (d < 0 || d > limits::kMaxDim || __builtin_mul_overflow(n, d, &n))
+      return std::numeric_limits<int64_t>::max();
+  return n;
+}
+
 std::optional<Const> binary(const std::string& op, const Const& a, const Const& b) {
   if (a.dtype != b.dtype || a.dtype == DType::kBool) return std::nullopt;
   const auto dims = broadcast(a.dims, b.dims);
   if (!dims) return std::nullopt;
-  int64_t n = 1;
-  for (int64_t d : *dims) n *= d;
+  const int64_t n = numel_of(*dims);
   if (n > kMaxFoldedElements) return std::nullopt;
   Const r{a.dtype, *dims, {}, {}};
   for (int64_t i = 0; i < n; ++i) {
@@ -155,12 +166,6 @@ std::optional<Const> binary(const std::string& op, const Const& a, const Const& 
     }
   }
   return r;
-}
-
-int64_t numel_of(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
 }
 
 class ConstantFolding final : public Pass {
@@ -400,7 +405,11 @@ class ConstantFolding final : public Pass {
     };
     const int64_t s = clamp(*start0, false), t = clamp(*end0, true);
     std::vector<int64_t> picked;
-    for (int64_t k = s; *step > 0 ? k < t : k > t; k += *step) picked.push_back(k);
+    // k stays in [-1, len]; stop before k += step could overflow (a step near INT64_MAX).
+    for (int64_t k = s; *step > 0 ? k < t : k > t;) {
+      picked.push_back(k);
+      if (__builtin_add_overflow(k, *step, &k)) break;
+    }
     if (static_cast<int64_t>(picked.size()) > kMaxFoldedElements) return std::nullopt;
     if (c && !c->integral()) {
       Const r{c->dtype, {static_cast<int64_t>(picked.size())}, {}, {}};
@@ -512,8 +521,8 @@ class ConstantFolding final : public Pass {
         infer = static_cast<int64_t>(k);
       } else if (dims[k] < 0) {
         return std::nullopt;
-      } else {
-        known *= dims[k];
+      } else if (__builtin_mul_overflow(known, dims[k], &known)) {
+        return std::nullopt;  // a target this large never matches a foldable constant
       }
     }
     if (infer >= 0) {

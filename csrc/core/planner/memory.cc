@@ -11,6 +11,10 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <stdexcept>
+
+#include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/limits.h"
 
 namespace torch_ort {
 
@@ -18,10 +22,15 @@ bool value_bytes(const Graph& g, ValueId v, SymExpr* out) {
   const Value& val = g.value(v);
   if (!val.shape.rank_known) return false;
   SymExpr bytes = SymExpr::constant(dtype_size(val.dtype));
-  for (const Dim& d : val.shape.dims) {
-    auto e = SymExpr::of(d);
-    if (!e) return false;
-    bytes = bytes * *e;
+  try {
+    for (const Dim& d : val.shape.dims) {
+      auto e = SymExpr::of(d);
+      if (!e) return false;
+      bytes = bytes * *e;
+    }
+  } catch (const std::overflow_error& e) {  // SymExpr arithmetic is checked (sym_dim.cc)
+    throw VerifyError("memory estimate: the bytes of value '" + val.name + "' " +
+                      val.shape.to_string() + " overflow int64 (" + e.what() + ")");
   }
   *out = bytes;
   return true;
@@ -112,7 +121,9 @@ SymExpr unique_bytes(const Buffers& b, const std::vector<ValueId>& values, std::
 
 }  // namespace
 
-MemoryTimeline memory_timeline(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
+namespace {
+
+MemoryTimeline timeline_of(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
   const Buffers b = buffers_of(g, plan, tg);
   MemoryTimeline t;
   t.unknown = b.unknown;
@@ -137,6 +148,17 @@ MemoryTimeline memory_timeline(const Graph& g, const Plan& plan, const TrainingG
   for (ValueId v : plan.saved) backward.hold(v);
   for (const Step& s : plan.backward) t.backward_live.push_back(backward.run(g, s));
   return t;
+}
+
+}  // namespace
+
+MemoryTimeline memory_timeline(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
+  try {
+    return timeline_of(g, plan, tg);
+  } catch (const std::overflow_error& e) {  // a sum of byte formulas: SymExpr checks it
+    throw VerifyError(std::string("memory estimate: the live bytes overflow int64 (") + e.what() +
+                      "); the graph's value sizes are too large");
+  }
 }
 
 namespace {
@@ -170,7 +192,9 @@ PeakEstimate evaluate_peak(const MemoryTimeline& t, const std::map<std::string, 
   // Backward holds at least the saved set when it starts (before its first step).
   if (p.backward_peak_step < 0) p.backward_peak = p.saved;
   // The caller holds the outputs through backward; outputs also saved are in backward_peak.
-  p.peak = std::max(p.forward_peak, p.outputs + p.backward_peak);
+  // Evaluation under run-time sizes: SymExpr::evaluate throws std::overflow_error naming the
+  // formula and bindings rather than wrap; this sum is checked the same way.
+  p.peak = std::max(p.forward_peak, checked_add(p.outputs, p.backward_peak, "peak memory estimate"));
   if (p.forward_peak_step >= 0)
     p.forward_formula = format_bytes_formula(t.forward_live[p.forward_peak_step], names);
   p.backward_formula = format_bytes_formula(

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
 #include "csrc/core/passes/pattern.h"
@@ -60,11 +62,16 @@ std::set<std::string> identifiers(const SymExpr& e) {
   return out;
 }
 
-// e with every symbol bound to n (nullopt when it cannot be evaluated).
+// e with every symbol bound to n (nullopt when it cannot be evaluated, overflow included: this
+// only ranks heuristics, and an expression that overflows at n = 1024 is no sensible candidate).
 std::optional<int64_t> at_uniform(const SymExpr& e, int64_t n) {
   std::map<std::string, int64_t> env;
   for (const std::string& s : identifiers(e)) env[s] = n;
-  return e.evaluate(env);
+  try {
+    return e.evaluate(env);
+  } catch (const std::overflow_error&) {
+    return std::nullopt;
+  }
 }
 
 // What the analysis knows about the training graph.
@@ -204,7 +211,7 @@ std::optional<SymExpr> total_bytes(const Graph& g, const std::vector<ValueId>& v
 bool worth_it(const SymExpr& dropped, const SymExpr& saving) {
   for (int64_t n : {1, 16, 1024}) {
     const auto d = at_uniform(dropped, n), s = at_uniform(saving, n);
-    if (!d || !s || *s <= 0 || 2 * *s < *d) return false;
+    if (!d || !s || *s <= 0 || (*d > 0 && *s < *d - *s)) return false;  // 2s < d, no overflow
   }
   return true;
 }
@@ -327,7 +334,10 @@ RecomputeResult analyze_recompute(const TrainingGraph& tg) {
 
   // Largest total saving first (every symbol at 1024), then by cluster id for a stable order.
   const auto total = [](const RecomputeOpportunity& o) {
-    return at_uniform(o.bytes_saved_each, 1024).value_or(0) * static_cast<int64_t>(o.occurrences.size());
+    int64_t t;  // saturates: only orders the list
+    return __builtin_mul_overflow(at_uniform(o.bytes_saved_each, 1024).value_or(0),
+                                  static_cast<int64_t>(o.occurrences.size()), &t)
+               ? std::numeric_limits<int64_t>::max() : t;
   };
   std::stable_sort(r.opportunities.begin(), r.opportunities.end(),
                    [&](const RecomputeOpportunity& a, const RecomputeOpportunity& b) {

@@ -10,6 +10,18 @@
 namespace torch_ort {
 namespace {
 
+// How many of start, start+step, ... lie before `end` (after it for step < 0): max(0,
+// ceil((end - start) / step)); nullopt when that does not fit int64 (from hostile constants).
+std::optional<int64_t> steps_between(int64_t start, int64_t end, int64_t step) {
+  if (step == 0) return std::nullopt;
+  int64_t span;  // distance to cover, in the direction of the step
+  if (step > 0 ? end <= start : end >= start) return 0;
+  if (__builtin_sub_overflow(step > 0 ? end : start, step > 0 ? start : end, &span)) return std::nullopt;
+  // ceil(span / |step|) as (span - 1) / |step| + 1: no overflow, and |INT64_MIN| handled.
+  if (step == INT64_MIN) return 1;
+  return (span - 1) / (step > 0 ? step : -step) + 1;
+}
+
 SymValues values_of_dims(const std::vector<Dim>& dims) {
   SymValues out;
   for (const Dim& d : dims) out.push_back(SymExpr::of(d));
@@ -68,7 +80,9 @@ void range_shape(ShapeCtx& c) {
   const SymExpr &start = *(*s)[0], &limit = *(*l)[0], &delta = *(*d)[0];
   if (start.is_constant() && limit.is_constant() && delta.is_constant() && delta.constant_value() != 0) {
     const int64_t a = start.constant_value(), b = limit.constant_value(), st = delta.constant_value();
-    const int64_t n = std::max<int64_t>(0, st > 0 ? (b - a + st - 1) / st : (a - b - st - 1) / -st);
+    const std::optional<int64_t> count = steps_between(a, b, st);
+    if (!count) return c.set(0, Shape::of({Dim{}}));  // the length overflows int64: unknown
+    const int64_t n = *count;
     if (n > 64 || c.dtype(0) == DType::kFloat || c.dtype(0) == DType::kDouble)
       return c.set(0, Shape::of({Dim::known(n)}));
     SymValues v;
@@ -117,11 +131,13 @@ Dim slice_len(const Dim& d, int64_t start, int64_t end, int64_t step) {
   if (step == 0) return Dim{};
   if (d.is_known()) {
     const int64_t n = d.value;
+    if (n == 0) return Dim::known(0);  // (and the clamps below need n - 1 >= 0)
     auto norm = [&](int64_t i, int64_t lo, int64_t hi) { return std::clamp(i < 0 ? i + n : i, lo, hi); };
+    // start/end clamp into [-1, n] (n <= kMaxDim); i + n cannot overflow for i < 0.
     const int64_t s = step > 0 ? norm(start, 0, n) : norm(start, 0, n - 1);
     const int64_t e = step > 0 ? norm(end, 0, n) : norm(end, -1, n - 1);
-    const int64_t len = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
-    return Dim::known(std::max<int64_t>(0, len));
+    const std::optional<int64_t> len = steps_between(s, e, step);
+    return len ? Dim::known(*len) : Dim{};
   }
   const SymInt x = SymExpr::of(d);
   if (!x || step != 1) return Dim{};
@@ -160,13 +176,16 @@ void slice_shape(ShapeCtx& c) {
     const int64_t a = norm_axis(c, (*axes)[k], x.rank());
     x.dims[a] = slice_len(x.dims[a], (*starts)[k], (*ends)[k], (*steps)[k]);
   }
-  if (v && x.rank() == 1 && axes->size() == 1 && (*steps)[0] != 0) {  // slicing a shape vector
+  // Slicing a (non-empty: the clamps need n - 1 >= 0) shape vector.
+  if (v && !v->empty() && x.rank() == 1 && axes->size() == 1 && (*steps)[0] != 0) {
     const int64_t n = static_cast<int64_t>(v->size()), st = (*steps)[0];
     auto norm = [&](int64_t i, int64_t lo, int64_t hi) { return std::clamp(i < 0 ? i + n : i, lo, hi); };
     SymValues out;
-    int64_t i = st > 0 ? norm((*starts)[0], 0, n) : norm((*starts)[0], 0, n - 1);
+    const int64_t i = st > 0 ? norm((*starts)[0], 0, n) : norm((*starts)[0], 0, n - 1);
     const int64_t e = st > 0 ? norm((*ends)[0], 0, n) : norm((*ends)[0], -1, n - 1);
-    for (; st > 0 ? i < e : i > e; i += st) out.push_back((*v)[i]);
+    // Counted, not stepped: i += st could overflow for a step near INT64_MAX.
+    const int64_t count = steps_between(i, e, st).value_or(0);
+    for (int64_t k = 0; k < count; ++k) out.push_back((*v)[i + k * st]);
     return c.set_values(0, std::move(out));
   }
   c.set(0, x);

@@ -1,6 +1,8 @@
 // Shape rules of elementwise ops: unary, broadcasting, casts, comparisons, Dropout, our *Grad ops.
 //
 // Integer arithmetic on shape values (Add/Sub/Mul/Div of sizes) is carried symbolically.
+#include <cstdint>
+
 #include "csrc/core/ir/dtype.h"
 #include "csrc/core/shapes/shape_rules.h"
 
@@ -76,8 +78,8 @@ void div_shape(ShapeCtx& c) {
   if (!is_integer(c.dtype(0))) return;
   binary_values(c, [](const SymExpr& x, const SymExpr& y) -> SymInt {
     if (x.is_constant() && y.is_constant())  // ONNX integer Div truncates
-      return y.constant_value() == 0
-                 ? SymInt()
+      return y.constant_value() == 0 || (y.constant_value() == -1 && x.constant_value() == INT64_MIN)
+                 ? SymInt()  // no quotient, or one that overflows int64
                  : SymInt(SymExpr::constant(x.constant_value() / y.constant_value()));
     const Dim q = dim_floordiv(x.to_dim(), y.to_dim());  // sizes: non-negative, so floor == trunc
     return SymExpr::of(q);

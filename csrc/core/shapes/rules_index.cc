@@ -1,4 +1,5 @@
 // Shape rules of indexing ops: Split, Gather (also on shape vectors), Scatter*, NonZero, OneHot.
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort {
@@ -40,8 +41,8 @@ void split_shape(ShapeCtx& c) {
 void gather_nd_shape(ShapeCtx& c) {
   const Shape data = c.in(0), idx = c.in(1);
   if (!data.rank_known || !idx.rank_known || idx.rank() < 1 || !idx.dims.back().is_known()) return;
-  const int64_t start = c.attrs().get_int("batch_dims", 0) + idx.dims.back().value;
-  if (start > data.rank()) return;  // the kernel reports it, naming the node
+  const int64_t start = checked_add(c.attrs().get_int("batch_dims", 0), idx.dims.back().value);
+  if (start < 0 || start > data.rank()) return;  // the kernel reports it, naming the node
   Shape out = Shape::of({idx.dims.begin(), idx.dims.end() - 1});
   out.dims.insert(out.dims.end(), data.dims.begin() + start, data.dims.end());
   c.set(0, out);

@@ -3,6 +3,7 @@
 // Window sizes on symbolic dims stay symbolic where they are a cheap expression of the input
 // size (stride 1: "h-2"; otherwise the floor-division atom "((h-3)//2)+1"), so they check at
 // run time like any other derived dim.
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort {
@@ -48,7 +49,8 @@ void gemm_shape(ShapeCtx& c) {
 SymInt expr(const Dim& d) { return SymExpr::of(d); }
 
 // One spatial output size: floor((d + pads - (dil·(k−1)+1)) / s) + 1 (ceil with ceil_mode), or
-// ceil(d / s) for SAME_* padding.
+// ceil(d / s) for SAME_* padding. Attribute arithmetic is checked (checked_*, SymExpr): an
+// overflow throws and run_shape_rule leaves the output unknown.
 Dim window_out(const Dim& d, int64_t k, int64_t s, int64_t dil, int64_t pb, int64_t pe,
                const std::string& auto_pad, bool ceil_mode) {
   const SymInt x = expr(d);
@@ -56,14 +58,15 @@ Dim window_out(const Dim& d, int64_t k, int64_t s, int64_t dil, int64_t pb, int6
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
     return dim_floordiv((*x + SymExpr::constant(s - 1)).to_dim(), Dim::known(s));
   if (auto_pad == "VALID") pb = pe = 0;
-  const int64_t eff = dil * (k - 1) + 1;
+  const int64_t eff = checked_add(checked_mul(dil, checked_sub(k, 1)), 1);
+  const int64_t room = checked_sub(checked_add(pb, pe), eff);  // pads − window extent
   if (ceil_mode) {  // the last window must start inside the input or its left padding
     if (!d.is_known()) return Dim{};
-    int64_t o = (d.value + pb + pe - eff + s - 1) / s + 1;
-    if ((o - 1) * s >= d.value + pb) --o;
+    int64_t o = checked_add(checked_add(d.value, room), s - 1) / s + 1;
+    if (checked_mul(o - 1, s) >= checked_add(d.value, pb)) --o;
     return o >= 0 ? Dim::known(o) : Dim{};
   }
-  const SymInt q = expr(dim_floordiv((*x + SymExpr::constant(pb + pe - eff)).to_dim(), Dim::known(s)));
+  const SymInt q = expr(dim_floordiv((*x + SymExpr::constant(room)).to_dim(), Dim::known(s)));
   return q ? (*q + SymExpr::constant(1)).to_dim() : Dim{};
 }
 
@@ -134,7 +137,10 @@ void conv_transpose_shape(ShapeCtx& c) {
     const SymInt d = expr(x.dims[2 + i]);
     if (!d || auto_pad || k.size() != n || s.size() != n || dil.size() != n || op.size() != n ||
         pads.size() != 2 * n) { out.dims.push_back(Dim{}); continue; }
-    const int64_t add = op[i] + dil[i] * (k[i] - 1) + 1 - pads[i] - pads[n + i] - s[i];
+    const int64_t add = checked_sub(
+        checked_sub(checked_add(checked_add(op[i], checked_mul(dil[i], checked_sub(k[i], 1))), 1),
+                    checked_add(pads[i], pads[n + i])),
+        s[i]);
     out.dims.push_back((SymExpr::constant(s[i]) * *d + SymExpr::constant(add)).to_dim());
   }
   c.set(0, out);

@@ -1,6 +1,7 @@
 // Shape rules of layout ops: Reshape, Flatten, Transpose, Squeeze/Unsqueeze, Expand, Tile, Pad.
 #include <algorithm>
 
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort {
@@ -152,7 +153,9 @@ void pad_shape(ShapeCtx& c) {
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t d = norm_axis(c, axes[k], x.rank());
     const SymInt e = SymExpr::of(x.dims[d]);
-    x.dims[d] = e ? (*e + SymExpr::constant((*pads)[k] + (*pads)[k + axes.size()])).to_dim() : Dim{};
+    // checked_add / SymExpr throw on overflow: run_shape_rule makes the output unknown.
+    x.dims[d] = e ? (*e + SymExpr::constant(checked_add((*pads)[k], (*pads)[k + axes.size()]))).to_dim()
+                  : Dim{};
   }
   c.set(0, x);
 }
