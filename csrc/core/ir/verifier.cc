@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/limits.h"
 
 namespace torch_ort {
 
@@ -18,6 +19,10 @@ std::string quoted(const Graph& g, ValueId v) { return "'" + g.value(v).name + "
 void check_typed(const Graph& g, ValueId v, const std::string& where) {
   if (g.value(v).dtype == DType::kUndefined) {
     throw VerifyError("value " + quoted(g, v) + " (" + where + ") has no dtype");
+  }
+  // The importer and shape inference hold shapes to limits.h; a pass must not break that either.
+  if (std::string why = limits::check_shape(g.value(v).shape); !why.empty()) {
+    throw VerifyError("value " + quoted(g, v) + " (" + where + ") has " + why);
   }
 }
 
@@ -47,9 +52,13 @@ void verify(const Graph& g) {
       throw VerifyError("initializer " + quoted(g, v) + " holds " + std::string(dtype_name(data.dtype)) +
                         " data but the value is " + std::string(dtype_name(g.value(v).dtype)));
     }
-    if (dtype_size(data.dtype) * data.numel() != static_cast<int64_t>(data.raw.size())) {
+    std::string why;
+    const std::optional<int64_t> numel = limits::bounded_numel(data.dims, &why);
+    if (!numel) throw VerifyError("initializer " + quoted(g, v) + ": " + why);
+    const int64_t bytes = dtype_size(data.dtype) * *numel;  // <= 16 * 2^48: no overflow
+    if (bytes != static_cast<int64_t>(data.raw.size())) {
       throw VerifyError("initializer " + quoted(g, v) + " has " + std::to_string(data.raw.size()) +
-                        " bytes, expected " + std::to_string(dtype_size(data.dtype) * data.numel()));
+                        " bytes, expected " + std::to_string(bytes));
     }
   }
   // Producers first, so that a use-before-def message can name the late producer.

@@ -140,6 +140,8 @@ int64_t norm_axis(const ShapeCtx& c, int64_t axis, int64_t rank) {
 }
 
 Shape unknown_dims(int64_t rank) {
+  // Callers pass a rank they hold (<= kMaxRank); never allocate by a larger count.
+  if (rank > limits::kMaxRank) throw std::length_error("unknown_dims: rank " + std::to_string(rank));
   return rank < 0 ? Shape::unknown() : Shape::of(std::vector<Dim>(rank));
 }
 
@@ -150,7 +152,13 @@ Shape shape_from_values(const ShapeCtx& c, int i) {
     return s;
   }
   const Shape len = c.in(i);
-  if (len.rank() == 1 && len.dims[0].is_known()) return unknown_dims(len.dims[0].value);
+  if (len.rank() == 1 && len.dims[0].is_known()) {
+    // The length of a shape vector is the output's rank: bounded before anything is sized by it.
+    if (len.dims[0].value > limits::kMaxRank)
+      c.fail("input " + std::to_string(i) + " is a shape of rank " +
+             limits::over(len.dims[0].value, "kMaxRank", limits::kMaxRank));
+    return unknown_dims(len.dims[0].value);
+  }
   return Shape::unknown();
 }
 
