@@ -215,3 +215,35 @@ def test_registry_entries_die_with_the_graph(strict):
     import gc
     gc.collect()
     assert not any(python_op.registered(i) for i in ids)
+
+
+def test_a_model_file_cannot_name_python_to_run(tmp_path, monkeypatch):
+    """A hand-written graph whose PythonOp node names a module, a class and an id this process never
+    registered: the engine builds (the node is opaque), the call fails naming the id, and nothing
+    named in the file is imported or run."""
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    import torch_ort
+
+    marker = tmp_path / "imported"
+    (tmp_path / "hostile_module.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                                "class Fn:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    node = helper.make_node("PythonOp", ["x"], ["y"], domain="com.torch_ort", func_id=987654321,
+                            module="hostile_module", qualname="Fn", source="import os")
+    node.attribute.append(helper.make_attribute("name", "hostile_module.Fn"))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.torch_ort", 1)])
+    python_op.install()  # as ORTModule does: PythonOp nodes call back into the registry
+    for training in (False, True):
+        engine = torch_ort._C.Engine(model.SerializeToString(), training, [training], [], 0, [])
+        x = torch.ones(2, requires_grad=training)
+        with pytest.raises(RuntimeError, match="PythonOp id 987654321 is not registered in this process"):
+            engine.forward([x])
+    assert "hostile_module" not in sys.modules
+    assert not marker.exists()
