@@ -257,6 +257,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),
         "'auto' (AVX-512 when the processor has it), 'avx512' or 'portable' (tests run both).");
 
+  m.def("live_runs", [] {
+        return py::make_tuple(LiveCount<RunContext>::alive.load(), LiveCount<BackwardRun>::alive.load());
+      },
+      "(run contexts, backward runs) alive in this process: what training forwards keep for a "
+      "backward that has not finished; each dies with the outputs (autograd graph) that own it.");
   m.def("set_python_op_runner", &install_python_op_runner, py::arg("runner"),
         "Installs run(func_id, args: list[Tensor | None], record: bool) -> list[Tensor], the "
         "callback PythonOp nodes call (torch_ort.ortmodule.python_op installs it).");

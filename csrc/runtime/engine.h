@@ -43,6 +43,17 @@ struct MeasuredMemory {
   int64_t peak = -1;           // max(forward_peak, outputs + backward_peak)
 };
 
+// How many objects of T are alive, process-wide: run contexts and backward runs hold activations,
+// so tests (and torch_ort._C.live_runs) check that they die with the outputs that own them.
+template <typename T>
+struct LiveCount {
+  static inline std::atomic<int64_t> alive{0};
+  LiveCount() { ++alive; }
+  LiveCount(const LiveCount&) { ++alive; }
+  LiveCount& operator=(const LiveCount&) = default;
+  ~LiveCount() { --alive; }
+};
+
 // What one forward call leaves for its backward.
 struct RunContext {
   uint64_t engine_id = 0;                                // the engine that made it
@@ -53,6 +64,7 @@ struct RunContext {
   MeasuredMemory measured;                               // forward's part, when tracked
   std::unordered_set<const void*> untracked;             // when tracked: the caller's buffers
   std::atomic<bool> consumed{false};
+  LiveCount<RunContext> counted;
 };
 
 // A backward in progress (Engine::backward_begin), run in pieces by backward_take so that each
@@ -67,6 +79,7 @@ struct BackwardRun {
   size_t next = 0;                     // the next backward step to run
   std::vector<char> taken;             // per graph input: its gradient was handed over
   bool finished = false;               // every step ran (and the measurement was recorded)
+  LiveCount<BackwardRun> counted;
 };
 
 struct EngineStats {
