@@ -10,8 +10,7 @@ std::optional<int64_t> bounded_numel(const std::vector<int64_t>& dims, std::stri
     *why = "rank " + over(static_cast<int64_t>(dims.size()), "kMaxRank", kMaxRank);
     return std::nullopt;
   }
-  int64_t n = 1;
-  bool too_many = false;  // keep scanning: a later dim may be negative or over kMaxDim
+  bool zero = false;
   for (int64_t d : dims) {
     if (d < 0) {
       *why = "negative dimension " + std::to_string(d);
@@ -21,9 +20,16 @@ std::optional<int64_t> bounded_numel(const std::vector<int64_t>& dims, std::stri
       *why = "dimension " + over(d, "kMaxDim", kMaxDim);
       return std::nullopt;
     }
-    // Both factors <= 2^48 after the checks, but their product may not fit: check it.
-    if (!too_many && (__builtin_mul_overflow(n, d, &n) || n > kMaxElements)) too_many = true;
+    zero = zero || d == 0;
   }
+  if (zero) return 0;  // empty, whatever the order of the dims
+  int64_t n = 1;
+  bool too_many = false;
+  for (int64_t d : dims)  // each <= 2^48, the product may still not fit: checked
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      too_many = true;
+      break;
+    }
   if (too_many) {
     // The exact product may not fit in int64: spell it as the factors. (Appends, not "a" + b:
     // GCC 12 warns falsely, -Wrestrict.)

@@ -16,8 +16,9 @@ struct Shape;
 
 namespace limits {
 
-// protobuf refuses to parse a message over 2 GiB; ONNX puts bigger weights in external data.
-inline constexpr int64_t kMaxModelBytes = int64_t{2} << 30;
+// protobuf parses at most INT_MAX bytes (2 GiB - 1) as one message; ONNX puts bigger weights in
+// external data (which torch_ort refuses: ORTModule binds parameters as graph inputs instead).
+inline constexpr int64_t kMaxModelBytes = (int64_t{1} << 31) - 1;
 // GPT-2-XL exports ~5k nodes, an 80-layer LLM ~10k; 100x headroom for unrolled or ATen-heavy graphs.
 inline constexpr int64_t kMaxNodes = 1'000'000;
 // Values (inputs, initializers, node outputs) and value_info/output entries; nodes have ~1-3 each.
@@ -32,8 +33,9 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 // Decoded constant data (initializers and tensor attributes, all together): as raw_data they
 // must fit in one 2 GiB message; typed fields (varints) could otherwise expand it up to 8x.
 inline constexpr int64_t kMaxConstantBytes = int64_t{2} << 30;
-// Entries of an ints/floats/strings attribute: a Constant's value_ints is the largest real one.
-inline constexpr int64_t kMaxAttributeElements = int64_t{1} << 24;
+// Entries of an ints/floats/strings attribute: real ones are a few hundred at most (a Constant's
+// value_ints); large constants travel as tensors.
+inline constexpr int64_t kMaxAttributeElements = int64_t{1} << 20;
 // Bytes of one string attribute (or one entry of a strings attribute): modes, names, equations.
 inline constexpr int64_t kMaxAttributeStringBytes = int64_t{1} << 20;
 // Entries of a per-axis attribute (perm, axes, pads, strides, kernel_shape, ...): pads has 2 per axis.

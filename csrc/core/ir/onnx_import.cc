@@ -248,7 +248,7 @@ Attribute to_attribute(const pb::AttributeProto& a, const std::string& who, bool
 
 }  // namespace
 
-Graph import_onnx(const std::string& bytes) {
+Graph import_onnx(std::string_view bytes) {
   if (static_cast<int64_t>(bytes.size()) > limits::kMaxModelBytes) {
     throw OnnxImportError("the model is " +
                           limits::over(static_cast<int64_t>(bytes.size()), "kMaxModelBytes",
@@ -257,7 +257,7 @@ Graph import_onnx(const std::string& bytes) {
                           "graph (ORTModule binds parameters as graph inputs)");
   }
   pb::ModelProto model;
-  if (!model.ParseFromString(bytes)) {
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {  // <= 2 GiB: fits int
     throw OnnxImportError("not a valid ONNX ModelProto: " + std::to_string(bytes.size()) +
                           " bytes failed to parse (truncated or not an .onnx file?)");
   }
