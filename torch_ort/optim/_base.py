@@ -20,20 +20,33 @@ def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
         raise ValueError(f"invalid weight_decay {weight_decay}: must be >= 0")
 
 
+_PARAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def params_with_grads(opt_name: str, group: dict):
-    """The group's parameters that have a gradient, and those gradients (sparse ones refused)."""
+    """The group's parameters that have a gradient, and those gradients (contiguous). Everything
+    the kernels would refuse is refused here, before any parameter of any group moves: sparse
+    gradients, dtypes, a gradient whose shape or device is not its parameter's."""
     params, grads = [], []
     for p in group["params"]:
-        if p.grad is None:
+        g = p.grad
+        if g is None:
             continue
-        if p.grad.is_sparse:
-            raise RuntimeError(f"{opt_name} does not support sparse gradients (parameter of shape "
-                               f"{tuple(p.shape)}); use torch.optim.SparseAdam for sparse embeddings")
-        if p.grad.dtype != p.dtype and p.grad.dtype != torch.float32:
-            raise TypeError(f"{opt_name}: a {p.grad.dtype} gradient for a {p.dtype} parameter of shape "
+        where = f"{opt_name}: parameter of shape {tuple(p.shape)}"
+        if g.layout != torch.strided:
+            raise RuntimeError(f"{where} has a {g.layout} gradient; {opt_name} does not support sparse "
+                               "gradients (use torch.optim.SparseAdam for sparse embeddings)")
+        if p.dtype not in _PARAM_DTYPES:
+            raise TypeError(f"{where} is {p.dtype}; expected float32, float16 or bfloat16")
+        if g.dtype != p.dtype and g.dtype != torch.float32:
+            raise TypeError(f"{opt_name}: a {g.dtype} gradient for a {p.dtype} parameter of shape "
                             f"{tuple(p.shape)}; expected the parameter's dtype or float32")
+        if g.shape != p.shape:
+            raise ValueError(f"{where} has a gradient of shape {tuple(g.shape)}")
+        if g.device != p.device:
+            raise TypeError(f"{where} is on {p.device} but its gradient is on {g.device}")
         params.append(p)
-        grads.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
+        grads.append(g if g.is_contiguous() else g.contiguous())
     return params, grads
 
 
@@ -92,18 +105,46 @@ class FusedOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         load_fp32_state(self, state_dict, super().load_state_dict)
 
-    def run_groups(self, work, kernel: Callable) -> None:
-        """For each (group, params, grads) of `work` with parameters: its fp32 moments, contiguous
-        stand-ins for the parameters, and kernel(backend, group, step, params, grads, exp_avgs,
-        exp_avg_sqs) once per device; the group's `step` counts only once the kernels ran."""
-        for group, params, grads in work:
-            if not params:
-                continue
-            step = group.get("step", 0) + 1
-            ms, vs = zip(*(moments(self.state[p], p) for p in params))
-            contiguous = _kernels.Contiguous(params)
-            for device, lists in _kernels.by_device(contiguous.tensors, grads, ms, vs).items():
-                kernel(_kernels.backend(device), group, step, *lists)
+    def run_groups(self, work, prepare: Callable) -> None:
+        """One step over `work` ((group, params with grads, their grads) per group), in two phases.
+
+        Prepare, for every group: its hyper-parameters, resolved and checked by
+        prepare(group, step) -> launch(backend, params, grads, exp_avgs, exp_avg_sqs); its fp32
+        moments (created as zeros on first use); contiguous stand-ins for the parameters; the
+        kernel module of each device. Anything that can fail (a bad value, no kernels for a device,
+        out of memory) fails here, and the moments this step created are removed again: the
+        parameters, the state and every group's `step` are as they were.
+        Commit: the kernels, group by group, whose inputs were all checked above; a group's
+        `step` counts once its kernels ran. (An error from a kernel itself — a device fault — is
+        not undone: that would need a copy of every parameter and moment.)"""
+        plans, created = [], []
+        try:
+            for group, params, grads in work:
+                if not params:
+                    continue
+                step = group.get("step", 0) + 1
+                launch = prepare(group, step)
+                for p in params:
+                    if p not in self.state:
+                        created.append((p, None))
+                    elif "exp_avg" not in self.state[p]:
+                        created.append((p, ("exp_avg", "exp_avg_sq")))
+                ms, vs = zip(*(moments(self.state[p], p) for p in params))
+                contiguous = _kernels.Contiguous(params)
+                calls = [(_kernels.backend(device), lists) for device, lists in
+                         _kernels.by_device(contiguous.tensors, grads, ms, vs).items()]
+                plans.append((group, step, launch, contiguous, calls))
+        except BaseException:
+            for p, keys in created:
+                if keys is None:
+                    self.state.pop(p, None)
+                else:
+                    for key in keys:
+                        self.state[p].pop(key, None)
+            raise
+        for group, step, launch, contiguous, calls in plans:
+            for backend, lists in calls:
+                launch(backend, *lists)
             contiguous.write_back()
             group["step"] = step
 

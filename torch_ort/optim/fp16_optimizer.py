@@ -188,6 +188,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
                 "optimizer.scale_loss(loss), so they are not multiplied by the loss scale "
                 f"({self.scaler.scale:g}) that step() divides by; use one of those for backward "
                 "(or static_loss_scale=1.0)")
+        self._check_grads()
         self._refresh_changed_masters()
         inv = 1.0 / self.scaler.scale
         src, dst = [], []
@@ -195,20 +196,33 @@ class FP16_Optimizer(torch.optim.Optimizer):
             if p.grad is None:
                 m.grad = None
                 continue
-            if p.grad.is_sparse:
-                raise RuntimeError(f"FP16_Optimizer: sparse gradient for a parameter of shape {tuple(p.shape)}")
             if m.grad is None:
                 m.grad = torch.empty_like(m)
             src.append(p.grad if p.grad.is_contiguous() else p.grad.contiguous())
             dst.append(m.grad)
         own = [p.grad for p in self.fp32_params if p.grad is not None]
-        if any(g.is_sparse for g in own):
-            raise RuntimeError("FP16_Optimizer: sparse gradients are not supported")
         own_work = _kernels.Contiguous(own)
         self.overflow = _kernels.scale(src, dst, inv) | _kernels.scale(own_work.tensors, own_work.tensors, inv)
         own_work.write_back()
         self._grads_ready = True
         return self.overflow
+
+    def _check_grads(self) -> None:
+        """Every model gradient the step reads, checked before anything is written: dense, its
+        parameter's shape and device, its parameter's dtype (or fp32 for an fp16/bf16 one)."""
+        for p in self.model_params + self.fp32_params:
+            g = p.grad
+            if g is None:
+                continue
+            where = f"FP16_Optimizer: parameter of shape {tuple(p.shape)}"
+            if g.layout != torch.strided:
+                raise RuntimeError(f"{where}: sparse ({g.layout}) gradients are not supported")
+            if g.shape != p.shape:
+                raise ValueError(f"{where} has a gradient of shape {tuple(g.shape)}")
+            if g.device != p.device:
+                raise TypeError(f"{where} is on {p.device} but its gradient is on {g.device}")
+            if g.dtype != p.dtype and not (p.dtype in _LOW_PRECISION and g.dtype == torch.float32):
+                raise TypeError(f"{where}: a {g.dtype} gradient for a {p.dtype} parameter")
 
     @torch.no_grad()
     def clip_master_grads(self, max_norm: float, norm_type: float = 2.0) -> float:
@@ -230,10 +244,34 @@ class FP16_Optimizer(torch.optim.Optimizer):
         return norm
 
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None):
+        """One step; when it raises (a bad gradient, the inner optimizer failing before it moved
+        anything, as torch_ort's FusedAdam/FusedLamb do), the model's gradients, the masters, the
+        loss scale and this wrapper's flags are as before the call, and the step can be retried.
+        The fp32 parameters' gradients (unscaled and clipped in place) are copied for this: memory
+        of one fp32 gradient per fp32 parameter, held during step() only, when the scale is not 1
+        or clipping is on."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        entry = (self._grads_ready, self._scaled, self.overflow, self.last_grad_norm)
+        clipping = self.max_grad_norm is not None and self.max_grad_norm > 0
+        mutated = []  # gradients this step writes in place before the inner step
+        if clipping or (not self._grads_ready and self.scaler.scale != 1.0):
+            mutated += [p.grad for p in self.fp32_params if p.grad is not None]
+        if clipping and self._grads_ready:
+            mutated += [m.grad for m in self.master_params if m.grad is not None]
+        saved = [g.clone() for g in mutated]
+        try:
+            return self._step(loss, clipping)
+        except BaseException:
+            with torch.no_grad():
+                for g, copy in zip(mutated, saved):
+                    g.copy_(copy)
+            self._grads_ready, self._scaled, self.overflow, self.last_grad_norm = entry
+            raise
+
+    def _step(self, loss, clipping: bool):
         if not self._grads_ready:
             self.update_master_grads()
         self._grads_ready = self._scaled = False
@@ -241,7 +279,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         if self.overflow:
             self.scaler.update(overflow=True)
             return loss
-        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+        if clipping:
             self._grads_ready = True
             self.clip_master_grads(self.max_grad_norm)
             self._grads_ready = False

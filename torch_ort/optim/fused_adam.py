@@ -61,13 +61,13 @@ class FusedAdam(FusedOptimizer):
         first (1: none)."""
         loss = self.run_closure(closure)
 
-        def adam(backend, group, step, ps, gs, ms, vs):
-            beta1, beta2 = group["betas"]
-            backend.multi_tensor_adam(
-                ps, gs, ms, vs, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                weight_decay=group["weight_decay"], step=step,
-                bias_correction=bool(group["bias_correction"]),
-                adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=grad_scale)
+        def prepare(group, step):  # every value read and checked before any group moves
+            beta1, beta2 = (float(b) for b in group["betas"])
+            hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                         weight_decay=float(group["weight_decay"]), step=step,
+                         bias_correction=bool(group["bias_correction"]),
+                         adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=float(grad_scale))
+            return lambda backend, ps, gs, ms, vs: backend.multi_tensor_adam(ps, gs, ms, vs, **hyper)
 
-        self.run_groups(self.checked_groups("FusedAdam"), adam)
+        self.run_groups(self.checked_groups("FusedAdam"), prepare)
         return loss

@@ -60,18 +60,21 @@ class FusedLamb(FusedOptimizer):
                     "(check the loss, or let FP16_Optimizer skip overflowing steps)")
             grad_scale /= max(1.0, norm / self.max_grad_norm)
 
-        def lamb(backend, group, step, ps, gs, ms, vs):
-            beta1, beta2 = group["betas"]
+        def prepare(group, step):  # every value read and checked before any group moves
+            beta1, beta2 = (float(b) for b in group["betas"])
             max_weight_norm = group["max_weight_norm"]
-            backend.multi_tensor_lamb(
-                ps, gs, ms, vs, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                weight_decay=group["weight_decay"], step=step,
-                bias_correction=bool(group["bias_correction"]),
-                adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
-                use_nvlamb=bool(group["use_nvlamb"]), ratio_min=float(group["ratio_min"]),
-                ratio_max=min(float(group["ratio_max"]), 1e30),
-                max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
-                grad_scale=grad_scale)
+            ratio_min, ratio_max = float(group["ratio_min"]), float(group["ratio_max"])
+            if ratio_min > ratio_max or ratio_min < 0:
+                raise ValueError(f"invalid trust-ratio bounds [{ratio_min}, {ratio_max}]")
+            hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                         weight_decay=float(group["weight_decay"]), step=step,
+                         bias_correction=bool(group["bias_correction"]),
+                         adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
+                         use_nvlamb=bool(group["use_nvlamb"]), ratio_min=ratio_min,
+                         ratio_max=min(ratio_max, 1e30),
+                         max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
+                         grad_scale=float(grad_scale))
+            return lambda backend, ps, gs, ms, vs: backend.multi_tensor_lamb(ps, gs, ms, vs, **hyper)
 
-        self.run_groups(work, lamb)
+        self.run_groups(work, prepare)
         return loss
