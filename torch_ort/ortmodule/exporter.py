@@ -9,6 +9,7 @@ import inspect
 import io
 import logging
 import re
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -68,6 +69,12 @@ def _quiet_exporter():
 
 
 _DEVICE_TYPES = ("cpu", "cuda")  # whose autocast state the export carries
+
+# One export at a time in the process: torch.onnx.export / torch.export are not thread-safe, and
+# an export patches process-wide state (torch.autograd.Function.apply and torch.utils.checkpoint
+# for PythonOp, the exporter's loggers). Re-entrant: an export may run inside another's trace.
+# Engines are built and run outside it.
+EXPORT_LOCK = threading.RLock()
 
 _DATA_DEPENDENT_HINT = (
     "Python control flow on a tensor's value (`if tensor:`, `.item()`, `bool(tensor)`) cannot be "
@@ -206,6 +213,13 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
     the engine; `own_translations=False` leaves the stock exporter's standard ops); `functions`
     says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a
     structural copy so that the trace never changes the module's own Python state."""
+    with EXPORT_LOCK:
+        return _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
+                              own_translations)
+
+
+def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
+                   own_translations) -> ExportResult:
     start = time.perf_counter()
     table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
     capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())

@@ -128,7 +128,18 @@ def describe(out) -> str:
     return f"a {type(out).__name__}"
 
 
-def install() -> None:
-    from torch_ort import _C
+_INSTALL_LOCK = threading.Lock()
+_installed = False
 
-    _C.set_python_op_runner(run)
+
+def install() -> None:
+    """Installs `run` into the engine once per process: replacing the engine's callback while
+    another thread's PythonOp kernel is calling it would free the callback under that call."""
+    global _installed
+    with _INSTALL_LOCK:
+        if _installed:
+            return
+        from torch_ort import _C
+
+        _C.set_python_op_runner(run)
+        _installed = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import types
 import weakref
 from dataclasses import dataclass, field
@@ -84,12 +85,16 @@ def _checkpoint_error(module_hint: str) -> CheckpointNotAllowedError:
 
 @contextlib.contextmanager
 def opaque_functions(capture: Capture, module_name: str):
-    """Within this block (one export), Function.apply emits PythonOp nodes (see module doc)."""
+    """Within this block (one export), Function.apply emits PythonOp nodes (see module doc).
+    The patches are process-wide (exporter.EXPORT_LOCK keeps exports one at a time) but act only
+    in the exporting thread: another thread's eager Functions and checkpoints run as they are
+    (torch's proxy mode shows through in other threads, so _tracing() alone cannot tell)."""
 
     policy = capture.policy
+    exporter_thread = threading.get_ident()
 
     def apply(cls, *args, **kwargs):
-        if depth() or not _tracing():
+        if depth() or threading.get_ident() != exporter_thread or not _tracing():
             return original_apply(cls, *args, **kwargs)
         if cls is checkpoint_module.CheckpointFunction:
             if not policy.allow_checkpoint:
@@ -101,6 +106,8 @@ def opaque_functions(capture: Capture, module_name: str):
         return _emit(capture, cls, args, kwargs)
 
     def checkpoint_impl(function, args, kwargs, **options):
+        if threading.get_ident() != exporter_thread:
+            return _ORIGINAL_CHECKPOINT(function, args, kwargs, **options)
         if not policy.allow_checkpoint:
             raise _checkpoint_error(module_name)
         if policy.custom_autograd and not kwargs and options.get("use_reentrant") is False:
