@@ -62,6 +62,8 @@ INVALID = {
     "ORTMODULE_DISABLED_PASSES ": ("sequence_to_split", "lowering the engine needs and cannot be disabled"),
     "ORTMODULE_GRADIENT_RELEASE": ("lots", "a size in MiB"),
     "ORTMODULE_GRADIENT_RELEASE ": ("inf", "a size in MiB"),
+    "ORTMODULE_MAX_CACHED_GRAPHS": ("-1", "a whole number such as 16"),
+    "ORTMODULE_MAX_CACHED_GRAPHS ": ("many", "0: no bound"),
 }
 
 

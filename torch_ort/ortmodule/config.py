@@ -141,6 +141,16 @@ def _mebibytes(name: str, text: str) -> float:
     return value
 
 
+def _count(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _invalid(name, text, "use a whole number such as 16 (0: no bound)")
+    return value
+
+
 def _skipcheck(name: str, text: str) -> SkipCheck:
     return parse_flags(SkipCheck, "SKIP_CHECK_", name, text) or DEFAULT_SKIPCHECK
 
@@ -212,6 +222,10 @@ VARIABLES: tuple[Variable, ...] = (
              "hand parameter gradients to PyTorch (param.grad, DDP's all-reduce hooks) during "
              "backward, a group of at least this many MiB as soon as it is final; 0: all at the "
              "end of backward (ours, not ORT's)"),
+    Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, _count,
+             "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
+             "beyond it the least recently used is dropped and re-exported if seen again; "
+             "0: no bound (ours, not ORT's)"),
 )
 
 

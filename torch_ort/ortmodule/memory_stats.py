@@ -85,6 +85,14 @@ class MemoryMonitor:
                     engine.set_memory_tracking(False)
         return report
 
+    def forget(self, runner) -> None:
+        """The runner left ORTModule's plan cache: drop what holds its engines, so they are freed."""
+        engines = {id(e) for e in runner._engines.values()}
+        for key in [k for k, (e, _, _) in self._measured.items() if id(e) in engines]:
+            del self._measured[key]
+        if self.last is not None and self.last[1] is runner:
+            self.last = None
+
     def _remember(self, engine, sizes, measured) -> None:
         self._measured[id(engine)] = (engine, sizes, measured)
         self._measured.move_to_end(id(engine))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
+from collections import OrderedDict
 
 import torch
 from torch.utils import _pytree as pytree
@@ -70,6 +72,13 @@ def _keys_without_wrapper(state_dict, prefix, *_):
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
+def _describe(schema: tuple, limit: int = 160) -> str:
+    """An input schema (runner.input_schema) in one short line, for the log."""
+    leaves = ", ".join(f"{x[1]}[rank {x[2]}]".replace("torch.", "") if x[0] == "T" else x[1]
+                       for x in schema[1])
+    return leaves if len(leaves) <= limit else leaves[:limit - 3] + "..."
+
+
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -85,8 +94,13 @@ class ORTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._debug.apply_log_level()
         self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
-        self._runners: dict = {}  # (training, input schema, autocast state) -> GraphRunner
-        self._stale: dict = {}    # key -> (runner, attributes set): compared when it re-exports
+        # (training, input schema, autocast state) -> GraphRunner, least recently used first;
+        # at most ORTMODULE_MAX_CACHED_GRAPHS (the plan cache: _store_runner evicts)
+        self._runners: OrderedDict = OrderedDict()
+        self._stale: OrderedDict = OrderedDict()  # key -> (runner, attributes set): compared when it re-exports
+        # Serialises _prepare (runner lookup, export, engine build) and the plan cache; engines
+        # run outside it, so several threads may run inference through one module at once.
+        self._lock = threading.RLock()
         self._changed: set = set()   # attributes set since the last call (re-export pending)
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
         self._memory = memory_stats.MemoryMonitor(self._settings)
@@ -158,7 +172,8 @@ class ORTModule(torch.nn.Module):
         change any graph). SKIP_CHECK_DISABLED re-exports on every assignment instead."""
         if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
             return False
-        reads = [r.export.attributes_read for r in self._runners.values()]
+        with self._lock:
+            reads = [r.export.attributes_read for r in self._runners.values()]
         # (A forward that reads self.__dict__[name] directly is not seen; nn.Module itself reads
         # __dict__ on every submodule access, so that read cannot count as reading everything.)
         return bool(reads) and all(r is not None and name not in r for r in reads)
@@ -209,7 +224,8 @@ class ORTModule(torch.nn.Module):
                     ", ".join(sorted(self._changed)))
         changed = frozenset(self._changed)
         self._stale.update({key: (runner, changed) for key, runner in self._runners.items()})
-        self._runners = {}
+        self._runners = OrderedDict()
+        self._trim(self._stale, "re-export candidate")
         self._changed.clear()
 
     def _adopt_stale(self, key, runner) -> None:
@@ -245,9 +261,32 @@ class ORTModule(torch.nn.Module):
     def _count_cache_hit(self, n: int):
         self.cache_hit_count += n  # -1: the engine could not be built from the entry (exported)
 
+    def _store_runner(self, key, runner) -> None:
+        """Caches a new runner, evicting the least recently used beyond the bound."""
+        self._runners[key] = runner
+        self._trim(self._runners, "graph")
+
+    def _trim(self, cache: OrderedDict, what: str) -> None:
+        """Drops the least recently used entries beyond ORTMODULE_MAX_CACHED_GRAPHS (0: no bound).
+        Nothing else holds an evicted runner, so its export, engines and PythonOp registry
+        entries are freed (outputs still awaiting backward keep their engine until then)."""
+        limit = self._settings.max_cached_graphs
+        while limit and len(cache) > limit:
+            (training, schema, _), entry = cache.popitem(last=False)
+            runner = entry[0] if isinstance(entry, tuple) else entry
+            self._memory.forget(runner)
+            LOGGER.info("plan cache: more than ORTMODULE_MAX_CACHED_GRAPHS=%d input schemas; dropped "
+                        "the least recently used %s (%s mode, inputs %s); seen again, it re-exports",
+                        limit, what, "training" if training else "eval", _describe(schema))
+
     def _prepare(self, args, kwargs):
         """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
-        runs nothing."""
+        runs nothing. One thread at a time per module (self._lock): a schema exports once even
+        when its first calls race."""
+        with self._lock:
+            return self._prepare_locked(args, kwargs)
+
+    def _prepare_locked(self, args, kwargs):
         self._apply_model_changes()
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
@@ -260,6 +299,8 @@ class ORTModule(torch.nn.Module):
         schema = input_schema(spec, flat)
         key = (self.module.training, schema, autocast_state(self._device_types(tensors)))
         runner = self._runners.get(key)
+        if runner is not None:
+            self._runners.move_to_end(key)  # most recently used
         params = runner.params if runner is not None else None  # read once per call
         if runner is None or not runner.accepts(tensors, params):
             self._check_devices(tensors, self.module.parameters())
@@ -267,7 +308,7 @@ class ORTModule(torch.nn.Module):
                                  on_export=self._count_export, settings=self._settings,
                                  schema=key, on_cache_hit=self._count_cache_hit)
             self._adopt_stale(key, runner)
-            self._runners[key] = runner
+            self._store_runner(key, runner)
             params = runner.params
         elif not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DEVICE or \
                 self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
