@@ -10,9 +10,18 @@ In backward, EngineFunction binds the output gradients; then Release 0 runs the 
 until group 0's gradients are final and returns them, and autograd accumulates them into .grad
 (AccumulateGrad runs before any other ready node) — firing DDP's hooks, whose buckets all-reduce
 while Release 1 runs the next piece. Groups are made once per engine (ReleasePlan) from when each
-parameter's gradient is final; ORTMODULE_GRADIENT_RELEASE=0 makes one group (all at the end)."""
+parameter's gradient is final; ORTMODULE_GRADIENT_RELEASE=0 makes one group (all at the end).
+
+A backward that fails inside the engine after groups were handed over (a PythonOp Function's
+backward raising) puts those parameters' .grad back as they were before that backward (_Handover):
+a .grad that was None is None again, an accumulated one gets its old values back, bitwise. For
+that, when a node hands a group over, each of its parameters that already had a .grad has that
+gradient copied (memory: one copy of the pre-existing gradients of the early groups, and only
+under gradient accumulation); the copies are dropped when the backward ends."""
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -53,13 +62,55 @@ class ReleasePlan:
         return ReleasePlan(tuple(groups))
 
 
+class _Handover:
+    """The .grad of every parameter handed over during one autograd backward call (graph task),
+    as it was before: a module called twice in one step hands some parameters over twice, and
+    the first record is the one to restore."""
+
+    _lock = threading.Lock()
+    _tasks: "dict[int, weakref.ref]" = {}  # graph task id -> its _Handover (held by its _Backwards)
+
+    def __init__(self):
+        self.records: dict = {}  # id(param) -> (param, its .grad object or None, a copy or None)
+
+    @classmethod
+    def current(cls) -> "_Handover":
+        task = torch._C._current_graph_task_id()
+        with cls._lock:
+            ref = cls._tasks.get(task)
+            found = ref() if ref is not None else None
+            if found is None:
+                for dead in [t for t, r in cls._tasks.items() if r() is None]:
+                    del cls._tasks[dead]
+                found = cls()
+                cls._tasks[task] = weakref.ref(found)
+                torch.autograd.Variable._execution_engine.queue_callback(found.records.clear)
+        return found
+
+    def record(self, params) -> None:
+        for p in params:
+            if id(p) not in self.records:
+                g = p.grad
+                self.records[id(p)] = (p, g, None if g is None else g.detach().clone())
+
+    def restore(self) -> None:
+        records, self.records = self.records, {}
+        with torch.no_grad():
+            for p, grad, copy in records.values():
+                if grad is not None:
+                    grad.copy_(copy)
+                p.grad = grad
+
+
 class _Backward:
     """One training call's backward, shared by its chain of nodes."""
 
-    def __init__(self, engine, report, plan: ReleasePlan):
+    def __init__(self, engine, report, plan: ReleasePlan, params: list = (), num_tensors: int = 0):
         self.engine, self.report, self.plan = engine, report, plan
+        self.params, self.num_tensors = params, num_tensors  # graph input i >= num_tensors: params[i - n]
         self.run_ctx = None   # the forward's saved set, until backward begins
         self.run = None       # the engine's BackwardRun, until the last group is handed over
+        self.handover = None  # _Handover of the backward call, once a group is handed over early
 
     def begin(self, grad_outputs) -> None:
         run_ctx, self.run_ctx = self.run_ctx, None
@@ -89,11 +140,18 @@ class _Backward:
                 grads = self.engine.backward_take(self.run, group.steps, list(group.inputs))
         except BaseException:
             self.end()  # the backward is over: nothing may keep its activations alive
+            if self.handover is not None:  # gradients handed over earlier go back (module doc)
+                self.handover.restore()
             raise
         if k == len(self.plan.groups) - 1:
             self.end()
             if self.report:
                 self.report("post-backward")
+        else:  # a later group may still fail: remember the .grads this one is about to change
+            if self.handover is None:
+                self.handover = _Handover.current()
+            self.handover.record(self.params[i - self.num_tensors] for i in group.inputs
+                                 if i >= self.num_tensors)
         return _unalias(grads)
 
 
@@ -146,7 +204,7 @@ def run_training(engine, report, plan: ReleasePlan, tensors: list, params: list)
     """The outputs of a training call, wired to autograd through the release chain."""
     inputs = [*tensors, *params]
     device = inputs[0].device if inputs else torch.device("cpu")
-    state = _Backward(engine, report, plan)
+    state = _Backward(engine, report, plan, params, len(tensors))
     carrier = None
     for k in reversed(range(len(plan.groups))):  # the last group to hand over is the first node
         carrier = Release.apply(state, k, device, carrier, *[inputs[i] for i in plan.groups[k].inputs])

@@ -80,10 +80,15 @@ class FallbackManager:
             warnings.warn(f"torch_ort: running the module in eager PyTorch: {self.cause}",
                           UserWarning, stacklevel=4)
 
-    def handle(self, error: ORTModuleError) -> None:
-        """Raises `error` unless the policy covers its kind; otherwise switches to eager."""
+    def handle(self, error: ORTModuleError, eager=None):
+        """Raises `error` unless the policy covers its kind; otherwise switches to eager and returns
+        eager() (None without it). When eager() raises too, the failure is the call's own — the
+        module fails in eager PyTorch as well (its forward raised on these inputs while being
+        exported): nothing switches, nothing is warned, and eager's error propagates as it would
+        without torch_ort; the next call tries the engine again."""
         if not self.covers(error):
             raise error
+        result = None if eager is None else eager()
         if self.cause is None:
             warnings.warn(
                 f"torch_ort: falling back to eager PyTorch ({error.policy.name}): {error}. "
@@ -92,3 +97,4 @@ class FallbackManager:
         LOGGER.info("fallback to PyTorch because of %s: %s", type(error).__name__, error)
         self.cause = error
         self.active = not self.retry
+        return result

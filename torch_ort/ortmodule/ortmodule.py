@@ -10,7 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torch_ort.ortmodule import bridge, hf, memory_stats, onnx_export, python_op
-from torch_ort.ortmodule.aten_fallback import AtenFallback
+from torch_ort.ortmodule.aten_fallback import AtenFallback, resolve_aten
 from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback import (
@@ -22,8 +22,11 @@ from torch_ort.ortmodule.fallback import (
 )
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
+from torch_ort.ortmodule.translations.aten_fallback import qualified_name
 
 _ORIGINAL = "_original_module"
+_RLOCK = type(threading.RLock())
+_LOCK_TYPES = (type(threading.Lock()), _RLOCK)
 _DEVICES = ("cpu", "cuda")
 # Variables a later stage will act on (compute optimizer).
 _NOT_ACTED_ON = ("compute_optimizer",)
@@ -143,10 +146,55 @@ class ORTModule(torch.nn.Module):
         return self._modules[_ORIGINAL]
 
     def __getattr__(self, name):
+        if "_modules" not in self.__dict__:  # half-built (unpickling, copy): nothing to forward to
+            raise AttributeError(f"'ORTModule' object has no attribute {name!r}")
         try:
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._modules[_ORIGINAL], name)
+
+    # --- copy, pickle, torch.save -----------------------------------------------------------------
+    # A copy (copy.deepcopy, pickle, torch.save(module)) is an independent ORTModule: the wrapped
+    # module copied as PyTorch copies it, the same settings, debug options, fallback state and
+    # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
+    # bound to this instance's parameters): it exports again on its first call, counters at 0.
+    _NOT_COPIED = ("_memory", "_aten_fallback", "forward")
+    _EMPTIED = ("_runners", "_stale", "_changed")  # copied as empty containers of their type
+    _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
+
+    def __getstate__(self):
+        state, locks = {}, {}
+        for name, value in self.__dict__.items():
+            if name in self._NOT_COPIED:
+                continue
+            if name in self._EMPTIED:
+                value = type(value)()
+            if isinstance(value, _LOCK_TYPES):
+                locks[name] = type(value) is _RLOCK  # re-created by __setstate__
+                continue
+            state[name] = value
+        state.update(dict.fromkeys(self._COUNTERS, 0))
+        aten = self._aten_fallback
+        state["_torch_ort_copy"] = {
+            "locks": locks, "aten_enabled": aten.enabled,
+            "aten_ops": {qualified_name(op): why for op, why in aten.reasons.items()}}
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        extra = state.pop("_torch_ort_copy", {})
+        super().__setstate__(state)
+        for name, reentrant in extra.get("locks", {}).items():
+            self.__dict__[name] = threading.RLock() if reentrant else threading.Lock()
+        self.__dict__["_memory"] = memory_stats.MemoryMonitor(self._settings)
+        aten = AtenFallback(extra.get("aten_enabled", self._settings.aten_fallback))
+        aten.add({op: why for op, why in ((resolve_aten(n.replace("::", ".")), why)
+                                          for n, why in extra.get("aten_ops", {}).items()) if op})
+        self.__dict__["_aten_fallback"] = aten
+        try:
+            python_op.install()  # another process: the PythonOp runner (a missing _C fails at the call)
+        except ImportError:
+            pass
 
     def _replicate_for_data_parallel(self):
         # torch.nn.DataParallel replicates modules per GPU; the engine's state is per module.
@@ -213,8 +261,7 @@ class ORTModule(torch.nn.Module):
         try:
             return self._forward_engine(args, kwargs)
         except ORTModuleError as error:
-            self._fallback.handle(error)
-            return self.module(*args, **kwargs)
+            return self._fallback.handle(error, lambda: self.module(*args, **kwargs))
 
     def _apply_model_changes(self) -> None:
         """Attributes were set: every runner is re-exported on its next call and compared."""
@@ -317,7 +364,15 @@ class ORTModule(torch.nn.Module):
         # ORT silently ran inference); otherwise the forward-only inference engine runs.
         training = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *params))
         built = runner.engines_built
-        engine = runner.engine_for(training, tensors, args, kwargs, params)
+        try:
+            engine = runner.engine_for(training, tensors, args, kwargs, params)
+        except BaseException:
+            # A failed engine build leaves the runner as it was (the next call builds again), but
+            # a failed ATen-fallback re-export leaves it without a graph: drop it (the next call
+            # exports again, or raises the same error).
+            if getattr(runner, "export", None) is None and self._runners.get(key) is runner:
+                del self._runners[key]
+            raise
         if runner.engines_built != built:
             self.engine_build_count += runner.engines_built - built
             params = runner.params  # an ATen-fallback re-export may have rebound them
