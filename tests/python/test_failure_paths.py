@@ -448,20 +448,23 @@ def _fp16_snapshot(model, opt):
             "scaler": dict(opt.scaler.state_dict()), "flags": (opt._scaled, opt.overflow)}
 
 
-@pytest.mark.parametrize("fault", ["bad_hyper", "bad_hyper_clipping", "sparse_fp32_grad"])
+@pytest.mark.parametrize("fault", ["bad_hyper", "bad_hyper_clipping", "sparse_fp32_grad",
+                                   "bf16_grad_shape"])
 @pytest.mark.parametrize("inner_cls", [FusedAdam, FusedLamb])
 def test_a_failed_fp16_optimizer_step_changes_nothing(inner_cls, fault):
     ref, ours, opt_r, opt_o = _fp16_pair(inner_cls, clipping=fault.endswith("clipping"))
     before = _fp16_snapshot(ours, opt_o)
-    fp32 = ours.head.bias
-    good_grad, group = fp32.grad, dict(opt_o.param_groups[-1])
+    broken = ours.head.bias if fault != "bf16_grad_shape" else ours.head.weight  # fp32 / bf16
+    good_grad, group = broken.grad, dict(opt_o.param_groups[-1])
     if fault == "sparse_fp32_grad":
-        fp32.grad = good_grad.to_sparse()
+        broken.grad = good_grad.to_sparse()
+    elif fault == "bf16_grad_shape":
+        _replace_grad(broken, lambda g: g.reshape(-1))  # same numel, wrong shape
     else:  # the inner optimizer fails at its last group, after the unscale (and clipping) ran
         opt_o.param_groups[-1].update(BAD_HYPER[inner_cls])
     with pytest.raises((TypeError, ValueError, RuntimeError)):
         opt_o.step()
-    fp32.grad = good_grad
+    broken.grad = good_grad
     opt_o.param_groups[-1].update(group)
     assert_same(_fp16_snapshot(ours, opt_o), before)
     opt_r.step()
