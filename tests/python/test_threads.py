@@ -96,6 +96,48 @@ def test_inference_from_threads_matches_eager_and_exports_once(strict, mode):
     assert ours.engine_build_count == 1
 
 
+class Meet(torch.autograd.Function):
+    """Identity whose forward, once `barrier` is set, waits until every party is inside it."""
+
+    barrier = None
+
+    @staticmethod
+    def forward(ctx, x):
+        if Meet.barrier is not None:
+            Meet.barrier.wait()
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class MeetNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return Meet.apply(self.fc(x))
+
+
+def test_engine_calls_run_at_the_same_time(strict, monkeypatch):
+    """Two inference calls are inside the engine at once: no lock is held while it runs (the
+    PythonOp in the graph waits for the other call; a serialised engine would time out)."""
+    ours = ORTModule(MeetNet()).eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        want = ours(x)  # exports and builds, unsynchronised
+    monkeypatch.setattr(Meet, "barrier", threading.Barrier(2, timeout=20))
+
+    def work(i):
+        with torch.no_grad():
+            return ours(x)
+
+    for out in run_threads(work, 2):
+        assert torch.equal(out, want)
+
+
 def test_different_schemas_racing_each_export_once(strict):
     torch.manual_seed(0)
     eager = Net().eval()
