@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-debs=(build-essential cmake ninja-build ccache protobuf-compiler libgtest-dev python3-dev python3-venv xz-utils)
+# clang + libclang-rt-dev: the ASan/UBSan build of the core and the libFuzzer target (scripts/sanitize.sh, fuzz.sh)
+debs=(build-essential cmake ninja-build ccache protobuf-compiler libgtest-dev python3-dev python3-venv xz-utils
+      clang libclang-rt-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

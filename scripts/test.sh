@@ -11,5 +11,10 @@ cmake -S . -B build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build/cmake -j "${MAX_JOBS:-2}"
 (cd build/cmake && ctest --output-on-failure -j 2)
 
+echo "[test] C++ core under ASan+UBSan (clang, build/sanitize), then a bounded fuzz pass"
+scripts/sanitize.sh
+# -max_total_time bounds the fuzzing; timeout bounds everything else (build, corpus loading).
+timeout 600 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+
 echo "[test] Python (pytest)"
 .venv/bin/python -m pytest -q tests/python "$@"

@@ -382,7 +382,13 @@ TEST(MemoryTimeline, FiveThousandNodesPlanAndCountQuickly) {
   const MemoryTimeline t = memory_timeline(b.g, plan, nullptr);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The bound catches quadratic work (seconds at this size), not speed; ASan+UBSan builds
+  // (TORCH_ORT_SANITIZE) run the same linear work about 5x slower.
+#ifdef TORCH_ORT_SANITIZED
+  EXPECT_LT(ms, 1000.0);
+#else
   EXPECT_LT(ms, 100.0);
+#endif
   // Every Add but the first (whose r is the input) writes over its Tanh operand or r: two live
   // [batch,seq,64] buffers at most.
   int inplace = 0;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the torch-free core and its GoogleTest suite with AddressSanitizer + UndefinedBehavior
+# Sanitizer (clang, build/sanitize; the fuzzer is built from the same objects) and runs the suite,
+# plus the fuzzer over its seed corpus and saved regression inputs (ctest: fuzz_regressions).
+# Any sanitizer report fails the run (-fno-sanitize-recover=all, halt_on_error).
+#   scripts/sanitize.sh                      # everything
+#   scripts/sanitize.sh -R 'Limits'          # extra arguments go to ctest
+# Needs clang and libclang-rt-dev (scripts/bootstrap.sh installs them) and build_protobuf.sh's
+# outputs. ccache hits across clones when CCACHE_BASEDIR is the checkout (set here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="$PWD"
+BUILD=build/sanitize
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+        -DTORCH_ORT_SANITIZE=ON -DTORCH_ORT_BUILD_FUZZER=ON > /dev/null
+fi
+start=$(date +%s)
+cmake --build "$BUILD" -j "${MAX_JOBS:-2}"
+echo "[sanitize] build: $(( $(date +%s) - start )) s"
+
+# detect_leaks: the tests leak nothing on purpose; a leak is a finding like any other report.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+(cd "$BUILD" && ctest --output-on-failure -j 2 "$@")
