@@ -35,7 +35,7 @@ before=$(find "$CORPUS" -type f | wc -l)
 log="$CRASHES/last-run.log"
 set +e
 "$FUZZER" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=2048 -timeout=10 \
-  -max_len="$max_len" -artifact_prefix="$CRASHES/" -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+ +(INITED|DONE|pulse)|ERROR|==[0-9]+==|stat::|Test unit written"
+  -max_len="$max_len" -artifact_prefix="$CRASHES/" -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|what\(\)|stat::|Test unit written"
 rc=${PIPESTATUS[0]}
 set -e
 after=$(find "$CORPUS" -type f | wc -l)

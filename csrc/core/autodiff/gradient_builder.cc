@@ -140,7 +140,15 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
     if (!any_need) continue;
     GradCtx ctx(st, n, gys, needs);
-    e->rule(ctx);
+    try {
+      e->rule(ctx);
+    } catch (const std::invalid_argument& err) {
+      // A malformed node from a model file: an attribute of the wrong kind, a constant input
+      // that is not an integer tensor (attribute.cc's accessors). Name the node.
+      throw GradientError("Gradient rule of " + n.describe() + ": " + err.what());
+    } catch (const std::overflow_error& err) {  // checked size arithmetic (limits.h)
+      throw GradientError("Gradient rule of " + n.describe() + ": " + err.what());
+    }
     for (int i = 0; i < static_cast<int>(needs.size()); ++i) {
       if (!needs[i]) continue;
       auto gi = ctx.grads.find(i);
