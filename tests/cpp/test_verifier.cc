@@ -167,3 +167,35 @@ TEST(TopologicalSort, SelfLoop) {
 
 }  // namespace
 }  // namespace torch_ort
+
+namespace torch_ort {
+namespace {
+
+// Found by fuzzing: Concat's gradient rule, a shape rule and the attention matcher read 'axis'
+// with get_int and threw a bare std::invalid_argument for axis=[1] or axis="x". Every attribute
+// the core reads has one kind; the verifier (and the importer) say which node breaks it.
+TEST(Verifier, AttributeOfTheWrongKindNamesNodeAndAttribute) {
+  Chain c;
+  c.g.nodes[1].attrs.set("axis", std::vector<int64_t>{1});
+  EXPECT_THAT(verify_error(c.g), HasSubstr("node Neg (node /b): attribute 'axis' is of kind ints, expected int"));
+  c.g.nodes[1].attrs.set("axis", int64_t{1});
+  c.g.nodes[1].attrs.set("perm", std::string("0"));
+  EXPECT_THAT(verify_error(c.g), HasSubstr("attribute 'perm' is of kind string, expected ints"));
+  c.g.nodes[1].attrs.set("perm", std::vector<int64_t>{0});
+  c.g.nodes[1].attrs.set("my_own", 1.5f);  // names the core never reads are not checked
+  EXPECT_NO_THROW(verify(c.g));
+}
+
+TEST(Verifier, OpaqueOpsKeepTheirArgumentKinds) {
+  // An ATenOp's arguments are named after the ATen schema ('alpha' may be an int there).
+  Chain c;
+  c.g.nodes[1].domain = kOurDomain;
+  c.g.nodes[1].op_type = "ATenOp";
+  c.g.nodes[1].attrs.set("alpha", int64_t{2});
+  EXPECT_NO_THROW(verify(c.g));
+  c.g.nodes[1].attrs.set("num_results", 1.0f);
+  EXPECT_THAT(verify_error(c.g), HasSubstr("attribute 'num_results' is of kind float, expected int"));
+}
+
+}  // namespace
+}  // namespace torch_ort

@@ -377,6 +377,11 @@ Graph import_onnx(std::string_view bytes) {
     }
     g.outputs.push_back(*v);
   }
+  // Before any reader (type inference, shape rules, passes, gradient rules) meets one.
+  for (const Node& n : g.nodes) {
+    if (std::string why = attribute_kind_problem(n); !why.empty())
+      throw OnnxImportError("node " + n.describe() + ": " + why);
+  }
   try {
     topological_sort(g);  // stable: a sorted file (the normal case) keeps its order
   } catch (const VerifyError& e) {

@@ -2,7 +2,10 @@
 #include "csrc/core/ir/verifier.h"
 
 #include <functional>
+#include <map>
 #include <queue>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "csrc/core/ir/errors.h"
@@ -26,7 +29,46 @@ void check_typed(const Graph& g, ValueId v, const std::string& where) {
   }
 }
 
+// The kind of every attribute read by a fixed name anywhere in csrc/ (grep get_int("...") etc.);
+// one kind per name, as in the ONNX operator specs. A name read with a new kind goes here too.
+const std::map<std::string, std::string>& attribute_kinds() {
+  static const std::map<std::string, std::string> kinds = [] {
+    std::map<std::string, std::string> m;
+    for (const char* n : {"allowzero", "axis", "batch_dims", "causal", "ceil_mode", "count_include_pad",
+                          "detect_negative", "detect_positive", "end", "func_id", "group", "ignore_index",
+                          "keepdims", "noop_with_empty_axes", "num_outputs", "num_results", "padding_idx",
+                          "scale_grad_by_freq", "stash_type", "start", "storage_order", "to", "training",
+                          "training_mode", "transA", "transB", "upper", "value_int"})
+      m[n] = "int";
+    for (const char* n : {"alpha", "beta", "epsilon", "label_smoothing", "ratio", "scale", "value_float"})
+      m[n] = "float";
+    for (const char* n : {"approximate", "aten_op", "auto_pad", "name", "reduction"}) m[n] = "string";
+    for (const char* n : {"axes", "dilations", "ends", "kernel_shape", "operands", "output_padding",
+                          "output_shape", "pads", "perm", "split", "starts", "strides", "value_ints"})
+      m[n] = "ints";
+    for (const char* n : {"consts", "value_floats"}) m[n] = "floats";
+    for (const char* n : {"arg_kinds", "ops", "value_strings"}) m[n] = "strings";
+    m["value"] = "tensor";
+    return m;
+  }();
+  return kinds;
+}
+
 }  // namespace
+
+std::string attribute_kind_problem(const Node& n) {
+  // ATenOp/PythonOp carry the wrapped call's arguments under their own names and kinds.
+  const bool opaque = n.domain == kOurDomain &&
+                      (n.op_type == "ATenOp" || n.op_type == "ATenOpGrad" || n.op_type == "PythonOp");
+  static const std::set<std::string> kOpaqueOwn = {"aten_op", "arg_kinds", "func_id", "num_results", "name"};
+  for (const auto& [name, a] : n.attrs.all()) {
+    if (opaque && !kOpaqueOwn.count(name)) continue;
+    auto it = attribute_kinds().find(name);
+    if (it != attribute_kinds().end() && it->second != attribute_kind_name(a))
+      return "attribute '" + name + "' is of kind " + attribute_kind_name(a) + ", expected " + it->second;
+  }
+  return "";
+}
 
 void verify(const Graph& g) {
   const int32_t nv = g.num_values();
@@ -72,6 +114,7 @@ void verify(const Graph& g) {
     const Node& node = g.nodes[n];
     const std::string who = "node " + node.describe();
     if (node.op_type.empty()) throw VerifyError(who + " has an empty op_type");
+    if (std::string why = attribute_kind_problem(node); !why.empty()) throw VerifyError(who + ": " + why);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
       if (v == kNoValue) continue;
