@@ -17,8 +17,18 @@ void transpose_grad(GradCtx& g) {  // dX = transpose(dY, perm⁻¹)
   std::vector<int64_t> perm = g.attrs().get_ints("perm", {});
   if (perm.empty())
     for (int64_t i = g.rank(g.in(0)) - 1; i >= 0; --i) perm.push_back(i);
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  // perm must be a permutation of the axes (negative ones count from the end) to be inverted.
+  const auto n = static_cast<int64_t>(perm.size());
+  const Shape& xs = g.info(g.in(0)).shape;
+  const int64_t rank = xs.rank_known ? xs.rank() : -1;
+  std::vector<int64_t> inv(perm.size(), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = perm[static_cast<size_t>(i)] < 0 ? perm[static_cast<size_t>(i)] + n : perm[static_cast<size_t>(i)];
+    if ((rank >= 0 && rank != n) || p < 0 || p >= n || inv[static_cast<size_t>(p)] >= 0)
+      throw GradientError(g.node().describe() + ": perm is not a permutation of the " +
+                          std::to_string(rank >= 0 ? rank : n) + " axes of its input");
+    inv[static_cast<size_t>(p)] = i;
+  }
   g.set_grad(0, g.transpose(g.grad_out(0), inv));
 }
 

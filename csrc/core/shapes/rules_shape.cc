@@ -77,7 +77,13 @@ void transpose_shape(ShapeCtx& c) {
     c.fail("perm has " + std::to_string(perm.size()) + " entries for an input of rank " +
            std::to_string(x.rank()));
   Shape out = Shape::of({});
-  for (int64_t p : perm) out.dims.push_back(x.dims[norm_axis(c, p, x.rank())]);
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    const int64_t axis = norm_axis(c, p, x.rank());
+    if (seen[static_cast<size_t>(axis)]) c.fail("perm names axis " + std::to_string(axis) + " twice");
+    seen[static_cast<size_t>(axis)] = true;
+    out.dims.push_back(x.dims[static_cast<size_t>(axis)]);
+  }
   c.set(0, out);
 }
 
