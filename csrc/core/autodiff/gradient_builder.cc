@@ -23,6 +23,15 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
     if (is_autograd_op(n)) request_aten_autograd_outputs(g, n);
+    const bool rewritten = n.domain.empty() ? (n.op_type == "MaxPool" || n.op_type == "Dropout" ||
+                                               n.op_type == "LayerNormalization" ||
+                                               n.op_type == "SoftmaxCrossEntropyLoss")
+                                            : (n.domain == kOurDomain && n.op_type == "CrossEntropyLoss");
+    // Those get outputs named after output 0 and shaped like input 0 (a malformed model may
+    // omit either: fuzzer, LayerNormalization with no X).
+    if (rewritten && (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty() ||
+                      n.outputs[0] == kNoValue))
+      throw GradientError(n.describe() + " has no input 0 or no output 0; its gradient needs both");
     if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
       ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
       n.outputs.resize(2, kNoValue);
