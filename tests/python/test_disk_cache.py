@@ -112,13 +112,38 @@ def _damage(tmp_path, damage):
         def refuse(m):
             m.graph.node[0].input[0] = "no_such_value"  # the importer names the dangling input
         _rewrite_graph(tmp_path, refuse)
+    elif damage == "an ATenOp the entry does not record (digest matches)":
+        _rewrite_graph(tmp_path, lambda m: _aten_op_node(m, "aten::relu.default"))
+    elif damage == "a recorded fallback op outside aten (digest matches)":
+        _rewrite_graph(tmp_path, lambda m: _aten_op_node(m, "_c10d_functional::all_reduce.default"))
+        _record_aten_ops(tmp_path, ["_c10d_functional::all_reduce.default"])
     else:
         raise AssertionError(damage)
 
 
+def _aten_op_node(m, name):
+    import onnx.helper
+
+    node = m.graph.node[0]
+    del node.attribute[:]
+    node.op_type, node.domain = "ATenOp", "com.torch_ort"
+    node.attribute.append(onnx.helper.make_attribute("aten_op", name))
+
+
+def _record_aten_ops(tmp_path, names):
+    import json
+
+    json_file = _entry(tmp_path)[1]
+    meta = json.loads(json_file.read_text())
+    meta["aten_ops"] = names
+    json_file.write_text(json.dumps(meta))
+
+
 DAMAGES = ["truncated graph", "truncated record", "empty graph", "other format",
            "other torch_ort version", "not a ModelProto (digest matches)",
-           "other inputs (digest matches)", "graph the engine refuses (digest matches)"]
+           "other inputs (digest matches)", "graph the engine refuses (digest matches)",
+           "an ATenOp the entry does not record (digest matches)",
+           "a recorded fallback op outside aten (digest matches)"]
 
 
 @pytest.mark.parametrize("damage", DAMAGES)

@@ -114,7 +114,8 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
         _check_versions(meta)
         if hashlib.sha256(onnx_bytes).hexdigest() != meta["onnx_sha256"]:
             raise ValueError("the graph file does not match its recorded digest (truncated or edited)")
-        _check_graph(onnx_bytes, list(meta["input_names"]) + list(meta["param_names"]))
+        aten_ops = [str(op) for op in meta["aten_ops"]]
+        _check_graph(onnx_bytes, list(meta["input_names"]) + list(meta["param_names"]), aten_ops)
         named = {n for n, _ in (*module.named_parameters(remove_duplicate=False),
                                 *module.named_buffers(remove_duplicate=False))}
         missing = [n for n in meta["param_names"] if n not in named]
@@ -126,7 +127,6 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
             static_dims=[list(d) for d in meta["static_dims"]], seconds=0.0,
             input_names=list(meta["input_names"]), buffer_updates=list(meta["buffer_updates"]),
             out_constants={int(i): v for i, v in meta["out_constants"]}, from_cache=True)
-        aten_ops = [str(op) for op in meta["aten_ops"]]
     except Exception as e:  # anything wrong with an entry: say so, export again, overwrite it
         LOGGER.warning("ORTMODULE_CACHE_DIR: ignoring cache entry %s (%s: %s); exporting again",
                        base, type(e).__name__, e)
@@ -145,12 +145,18 @@ def _check_versions(meta: dict) -> None:
             raise ValueError(f"written by {name} {meta.get(name)!r}; this process runs {version}")
 
 
-def _check_graph(onnx_bytes: bytes, expected_inputs: list[str]) -> None:
-    """The graph's inputs are the recorded ones, and it runs no Python (see the module docstring).
+def _check_graph(onnx_bytes: bytes, expected_inputs: list[str], aten_ops: list[str]) -> None:
+    """The graph's inputs are the recorded ones, it runs no Python (see the module docstring), and
+    its ATen fallback nodes call only the recorded aten:: operators, each one this torch has.
     Everything else about the graph is the engine's to check when it imports it."""
     import onnx
 
+    from torch_ort.ortmodule.aten_fallback import resolve_aten
     from torch_ort.ortmodule.python_op import DOMAIN_OP
+
+    unknown = [n for n in aten_ops if resolve_aten(n.replace("::", ".")) is None]
+    if unknown:
+        raise ValueError(f"it records ATen fallback ops that are not aten operators: {unknown[:3]}")
 
     model = onnx.ModelProto()
     model.ParseFromString(onnx_bytes)  # DecodeError on bytes that are not a ModelProto
@@ -165,6 +171,11 @@ def _check_graph(onnx_bytes: bytes, expected_inputs: list[str]) -> None:
             if node.op_type == op and node.domain == domain:
                 raise ValueError(f"its graph has a PythonOp node ({node.name or 'unnamed'}); cached "
                                  "graphs never run Python")
+            if node.op_type == "ATenOp" and node.domain == domain:
+                called = [a.s.decode(errors="replace") for a in node.attribute if a.name == "aten_op"]
+                if not called or called[0] not in aten_ops:
+                    raise ValueError(f"its ATenOp node {node.name or 'unnamed'} calls {called[:1]}, "
+                                     "not one of the recorded ATen fallback ops")
             for attr in node.attribute:
                 pending.extend([attr.g] if attr.HasField("g") else [])
                 pending.extend(attr.graphs)
