@@ -118,7 +118,7 @@ def test_model_changes_keep_the_stale_entries_bounded(monkeypatch, strict):
         for k in range(3):
             eager.offset = ours.offset = float(k)  # read by forward: cached graphs become stale
             torch.testing.assert_close(ours(x, k), eager(x, k), rtol=1e-5, atol=1e-6)
-            assert len(ours._runners) <= 1 and len(ours._stale) <= 1
+            assert len(ours._runners) + len(ours._stale) <= 1  # the bound covers both together
 
 
 def test_bound_setting():

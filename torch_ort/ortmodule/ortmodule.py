@@ -272,7 +272,7 @@ class ORTModule(torch.nn.Module):
         changed = frozenset(self._changed)
         self._stale.update({key: (runner, changed) for key, runner in self._runners.items()})
         self._runners = OrderedDict()
-        self._trim(self._stale, "re-export candidate")
+        self._trim()
         self._changed.clear()
 
     def _adopt_stale(self, key, runner) -> None:
@@ -311,14 +311,17 @@ class ORTModule(torch.nn.Module):
     def _store_runner(self, key, runner) -> None:
         """Caches a new runner, evicting the least recently used beyond the bound."""
         self._runners[key] = runner
-        self._trim(self._runners, "graph")
+        self._trim()
 
-    def _trim(self, cache: OrderedDict, what: str) -> None:
-        """Drops the least recently used entries beyond ORTMODULE_MAX_CACHED_GRAPHS (0: no bound).
-        Nothing else holds an evicted runner, so its export, engines and PythonOp registry
-        entries are freed (outputs still awaiting backward keep their engine until then)."""
+    def _trim(self) -> None:
+        """Drops the least recently used entries while the runners and the re-export candidates
+        together exceed ORTMODULE_MAX_CACHED_GRAPHS (0: no bound), candidates first (losing one
+        costs an engine build, not an export). Nothing else holds an evicted runner, so its export,
+        engines and PythonOp registry entries are freed (outputs still awaiting backward keep
+        their engine until then)."""
         limit = self._settings.max_cached_graphs
-        while limit and len(cache) > limit:
+        while limit and len(self._runners) + len(self._stale) > limit:
+            cache, what = (self._stale, "re-export candidate") if self._stale else (self._runners, "graph")
             (training, schema, _), entry = cache.popitem(last=False)
             runner = entry[0] if isinstance(entry, tuple) else entry
             self._memory.forget(runner)
