@@ -233,7 +233,7 @@ class Rendezvous(torch.nn.Module):
         return Scale.apply(self.fc(x), 2.0)
 
 
-def test_export_in_one_thread_does_not_change_eager_functions_in_another(strict):
+def test_export_in_one_thread_does_not_change_eager_functions_in_another(strict, capfd):
     exporting, other_done = threading.Event(), threading.Event()
     ours = ORTModule(Rendezvous(exporting, other_done))
     sites_before = set(python_op._SITES)
@@ -251,6 +251,8 @@ def test_export_in_one_thread_does_not_change_eager_functions_in_another(strict)
             z = torch.utils.checkpoint.checkpoint(lambda a: (a * w).sin(), x, use_reentrant=False)
             z.sum().backward()
             torch.testing.assert_close(w.grad, x.detach() * x.detach().mul(w.detach()).cos())
+            # Nor does its stderr capture take this thread's output.
+            print("a line from the other thread", file=sys.stderr)
             return set(python_op._SITES) - sites_before
         finally:
             other_done.set()
@@ -264,3 +266,4 @@ def test_export_in_one_thread_does_not_change_eager_functions_in_another(strict)
     assert exporting.is_set() and ours.export_count == 1
     # Only the export's own Function call was registered, none of the other thread's.
     assert {python_op.registered(i).function for i in new_sites} <= {Scale}
+    assert "a line from the other thread" in capfd.readouterr().err

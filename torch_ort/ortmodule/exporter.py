@@ -9,6 +9,7 @@ import inspect
 import io
 import logging
 import re
+import sys
 import threading
 import time
 import warnings
@@ -48,9 +49,26 @@ class ExportResult:
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 
+class _ThreadStderr:
+    """sys.stderr while an export runs: the exporting thread's writes go to `captured`, every
+    other thread's to the real stderr (another thread training meanwhile keeps its output)."""
+
+    def __init__(self, real, captured: io.StringIO):
+        self._real, self._captured, self._thread = real, captured, threading.get_ident()
+
+    def write(self, text):
+        target = self._captured if threading.get_ident() == self._thread else self._real
+        return target.write(text)
+
+    def __getattr__(self, name):  # flush, fileno, isatty, encoding, ...: the real stream's
+        return getattr(self._real, name)
+
+
 @contextlib.contextmanager
 def _quiet_exporter():
-    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable."""
+    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable. Its loggers'
+    levels and the warning filters are process-wide: while an export runs (serialised by
+    EXPORT_LOCK), other threads' warnings are not shown either; their stderr is."""
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
                                                "torch.fx.experimental.symbolic_shapes", "onnxscript")]
     levels = [lg.level for lg in loggers]
@@ -58,7 +76,7 @@ def _quiet_exporter():
         lg.setLevel(logging.ERROR)
     stderr = io.StringIO()  # torch.export prints partial graphs of a failed capture to stderr
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(stderr):
+        with warnings.catch_warnings(), contextlib.redirect_stderr(_ThreadStderr(sys.stderr, stderr)):
             warnings.simplefilter("ignore")
             yield
     finally:
