@@ -2,6 +2,8 @@
 the outputs that own it: a forward whose backward never runs — the loss raised, the output was only
 evaluated, the step was abandoned — frees it with those outputs, without a garbage collection.
 torch_ort._C.live_runs() counts (run contexts, backward runs) alive in the process."""
+import gc
+
 import pytest
 import torch
 
@@ -12,8 +14,20 @@ from model_zoo import nanogpt, nanogpt_batch
 from test_python_op import Net as FunctionNet
 
 
+_BASE = (0, 0)
+
+
+@pytest.fixture(autouse=True)
+def _baseline():
+    """Counts are process-wide: each test measures from what earlier tests left (collected)."""
+    global _BASE
+    gc.collect()
+    _BASE = torch_ort._C.live_runs()
+
+
 def _live():
-    return torch_ort._C.live_runs()
+    now = torch_ort._C.live_runs()
+    return (now[0] - _BASE[0], now[1] - _BASE[1])
 
 
 @pytest.fixture
