@@ -40,7 +40,8 @@ inline constexpr int64_t kMaxAttributeElements = int64_t{1} << 20;
 inline constexpr int64_t kMaxAttributeStringBytes = int64_t{1} << 20;
 // Entries of a per-axis attribute (perm, axes, pads, strides, kernel_shape, ...): pads has 2 per axis.
 inline constexpr int64_t kMaxShapeAttributeElements = 2 * kMaxRank;
-// Bytes of a symbolic dim's name (dim_param): the exporter writes "s0" or "48 - 2*s20"; the
+// Bytes of a symbolic dim's name (dim_param): the exporter writes "s0" or "48 - 2*s20". A longer
+// one (a long sympy sum over many dynamic inputs) is imported as an unknown dim, never parsed; the
 // parser recurses on parentheses, so this also bounds its depth.
 inline constexpr int64_t kMaxSymbolBytes = 1024;
 

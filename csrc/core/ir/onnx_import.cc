@@ -47,12 +47,11 @@ TypeInfo to_type(const pb::ValueInfoProto& vi) {
   }
   t.shape.rank_known = true;
   for (const pb::TensorShapeProto::Dimension& d : tt.shape().dim()) {
-    if (d.has_dim_param() && static_cast<int64_t>(d.dim_param().size()) > limits::kMaxSymbolBytes) {
-      throw OnnxImportError(what + " has a symbolic dim (dim_param) of " +
-                            limits::over(static_cast<int64_t>(d.dim_param().size()), "kMaxSymbolBytes",
-                                         limits::kMaxSymbolBytes) + " bytes");
-    }
+    // An over-long symbol is as good as unknown: it costs the model a symbol, not the whole import.
+    const bool long_symbol =
+        d.has_dim_param() && static_cast<int64_t>(d.dim_param().size()) > limits::kMaxSymbolBytes;
     if (d.has_dim_value()) t.shape.dims.push_back(Dim::known(d.dim_value()));
+    else if (long_symbol) t.shape.dims.push_back(Dim{});
     else if (d.has_dim_param() && !d.dim_param().empty()) t.shape.dims.push_back(Dim::symbolic(d.dim_param()));
     else t.shape.dims.push_back(Dim{});  // neither: a dimension of unknown size
   }
