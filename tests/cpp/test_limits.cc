@@ -4,13 +4,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <chrono>
 #include <climits>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <cstdint>
 #include <string>
 
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/onnx_prescan.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/planner/memory.h"
@@ -99,6 +107,125 @@ TEST(LimitsImport, NodeCount) {
   const std::string e = import_error(bytes);
   EXPECT_THAT(e, HasSubstr("kMaxNodes"));
   EXPECT_THAT(e, HasSubstr(std::to_string(limits::kMaxNodes + 2)));  // the tiny model's one too
+}
+
+// --- The wire scan (csrc/core/ir/onnx_prescan.cc): counts taken before the parser allocates -----
+
+// Peak resident memory of this process so far, in bytes. A test that asserts its own delta stays
+// small can fail only if it would lift the peak: each hostile case below would, by far more than
+// every test before it (the largest parse an earlier test leaves to protobuf is ~0.5 GB).
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
+}
+constexpr int64_t kScanMemorySlack = 100 << 20;
+
+TEST(LimitsWireScan, ManyEmptyNodesAreRefusedBeforeParsing) {
+  // 5M empty NodeProtos: 10 MB of bytes, ~1 GB once parsed.
+  const std::string bytes = tiny_model().SerializeAsString() +
+                            field(kModelGraph, repeated_empty(kGraphNode, 5'000'000));
+  const int64_t before = peak_rss_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = import_error(bytes);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_THAT(e, HasSubstr("5000001, over the limit kMaxNodes"));
+  EXPECT_LT(peak_rss_bytes() - before, kScanMemorySlack);
+  RecordProperty("seconds", std::to_string(seconds));
+}
+
+TEST(LimitsWireScan, TruncatedAfterManyNodesIsRefusedBeforeParsing) {
+  // Under kMaxNodes but cut off inside the last field: the parser would build every node first.
+  std::string bytes = tiny_model().SerializeAsString() +
+                      field(kModelGraph, repeated_empty(kGraphNode, 900'000) + field(kGraphNode, "xy"));
+  bytes.resize(bytes.size() - 1);
+  const int64_t before = peak_rss_bytes();
+  const std::string e = import_error(bytes);
+  EXPECT_THAT(e, HasSubstr("failed to parse"));
+  EXPECT_THAT(e, HasSubstr("length past the end"));
+  EXPECT_LT(peak_rss_bytes() - before, kScanMemorySlack);
+}
+
+TEST(LimitsWireScan, ManyEmptyAttributesBreakParsedBytes) {
+  // One node, 16M empty AttributeProtos: 32 MB of bytes, over 4 GB once parsed.
+  const std::string node = field(4, "Identity") + repeated_empty(5, int64_t{16} << 20);
+  const std::string bytes = tiny_model().SerializeAsString() + field(kModelGraph, field(kGraphNode, node));
+  const int64_t before = peak_rss_bytes();
+  const std::string e = import_error(bytes);
+  EXPECT_THAT(e, HasSubstr("kMaxParsedBytes"));
+  EXPECT_LT(peak_rss_bytes() - before, kScanMemorySlack);
+}
+
+TEST(LimitsWireScan, PackedIntsCountAsParsedMemory) {
+  // A packed int64 list costs 8 bytes per 1-byte element once parsed (twice that while it grows).
+  const std::string ints = field(8, std::string(size_t{1} << 20, '\x01'));  // AttributeProto.ints
+  const std::string bytes = tiny_model().SerializeAsString() +
+                            field(kModelGraph, field(kGraphNode, field(5, ints)));
+  EXPECT_GE(prescan_model(bytes).parsed_bytes, int64_t{8} << 20);
+}
+
+TEST(LimitsWireScan, DeepNestingIsRefused) {
+  // Subgraph attributes inside each other: AttributeProto.g -> GraphProto.node -> NodeProto.attribute.
+  std::string graph;
+  for (int i = 0; i < 200; ++i) graph = field(kGraphNode, field(5, field(6, graph)));
+  const std::string e = import_error(tiny_model().SerializeAsString() + field(kModelGraph, graph));
+  EXPECT_THAT(e, HasSubstr("nests messages more than 100 deep"));
+  // Sequence types inside each other, in a graph input's type: TypeProto.sequence_type.elem_type.
+  std::string type;
+  for (int i = 0; i < 2000; ++i) type = field(4, field(1, type));
+  const std::string input = field(1, "seq") + field(2, type);  // ValueInfoProto
+  const std::string e2 =
+      import_error(tiny_model().SerializeAsString() + field(kModelGraph, field(11, input)));
+  EXPECT_THAT(e2, HasSubstr("nests messages more than 100 deep"));
+}
+
+TEST(LimitsWireScan, RealModelsPassAndTheEstimateIsClose) {
+  // The estimate is of the same order as what parsing builds: for 100k empty nodes, their sizes.
+  const std::string bytes = tiny_model().SerializeAsString() +
+                            field(kModelGraph, repeated_empty(kGraphNode, 100'000));
+  const WireScan scan = prescan_model(bytes);
+  EXPECT_EQ(scan.graph_nodes, 100'001);
+  EXPECT_GE(scan.parsed_bytes, 100'000 * static_cast<int64_t>(sizeof(pb::NodeProto)));
+  EXPECT_LT(scan.parsed_bytes, 100'000 * 2 * static_cast<int64_t>(sizeof(pb::NodeProto)));
+  EXPECT_NO_THROW(import_onnx(tiny_model().SerializeAsString()));
+}
+
+// The scan refuses exactly what protobuf's parser refuses (so it never costs a model that would
+// load), over mutants of the fuzz seeds: flipped bytes, cuts, and inserted fields of any number
+// and wire type (groups and mismatched wire types included).
+TEST(LimitsWireScan, AgreesWithTheParserOnMutatedSeeds) {
+  namespace fs = std::filesystem;
+  std::mt19937 rng(20261123);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  int mutants = 0, refused = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(TORCH_ORT_SOURCE_DIR) / "tests/fuzz/corpus")) {
+    std::ifstream f(entry.path(), std::ios::binary);
+    const std::string seed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (seed.empty()) continue;
+    for (int i = 0; i < 1000; ++i, ++mutants) {
+      std::string b = seed;
+      for (int k = 1 + static_cast<int>(pick(3)); k > 0; --k) {
+        const size_t at = pick(b.size() + 1);
+        switch (pick(4)) {
+          case 0: if (at < b.size()) b[at] = static_cast<char>(rng()); break;
+          case 1: b.resize(at); break;
+          case 2: b.insert(at, varint((uint64_t{1} + pick(40)) << 3 | pick(8)) + varint(pick(300))); break;
+          default: b.insert(at, b.substr(pick(b.size() + 1), pick(16))); break;
+        }
+      }
+      bool scan_ok = true;
+      try {
+        prescan_model(b);
+      } catch (const OnnxImportError&) {
+        scan_ok = false;
+      }
+      pb::ModelProto m;
+      const bool parse_ok = m.ParseFromArray(b.data(), static_cast<int>(b.size()));
+      refused += !scan_ok;
+      ASSERT_EQ(scan_ok, parse_ok) << entry.path().filename() << " mutant " << i;
+    }
+  }
+  EXPECT_GT(refused, mutants / 10);  // the mutations do reach the malformed paths
 }
 
 TEST(LimitsImport, ValueInfoCount) {

@@ -21,6 +21,14 @@ namespace limits {
 inline constexpr int64_t kMaxModelBytes = (int64_t{1} << 31) - 1;
 // GPT-2-XL exports ~5k nodes, an 80-layer LLM ~10k; 100x headroom for unrolled or ATen-heavy graphs.
 inline constexpr int64_t kMaxNodes = 1'000'000;
+// Memory the parsed ModelProto would take, estimated from the wire bytes before protobuf parses
+// them (csrc/core/ir/onnx_prescan.cc: each message its generated class's size, each string 64 B
+// plus its bytes, ...): parsing amplifies (an empty NodeProto is 2 bytes on the wire, ~200 parsed),
+// so kMaxModelBytes alone would let 2 GiB of bytes grow to ~200 GiB. Real training graphs cost
+// 1-3 KB per node, value_info included (~12x their bytes; the graphs in tests/fuzz/corpus, where
+// the estimate is 1.1-1.6x what parsing allocates): a graph at kMaxNodes, ~2 GB, fits with 2x to
+// spare, and hostile bytes stop before protobuf allocates more than 4 GiB.
+inline constexpr int64_t kMaxParsedBytes = int64_t{4} << 30;
 // Values (inputs, initializers, node outputs) and value_info/output entries; nodes have ~1-3 each.
 inline constexpr int64_t kMaxValues = 4'000'000;
 // NumPy 2 allows 64 dims and torch kernels 25; real models stay under 8.

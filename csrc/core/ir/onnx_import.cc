@@ -7,6 +7,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/onnx_io.h"
+#include "csrc/core/ir/onnx_prescan.h"
 #include "csrc/core/ir/verifier.h"
 #include "torch_ort_onnx.pb.h"
 
@@ -255,6 +256,7 @@ Graph import_onnx(std::string_view bytes) {
                           " bytes (protobuf's cap on one message); move large weights out of the "
                           "graph (ORTModule binds parameters as graph inputs)");
   }
+  prescan_model(bytes);  // counts and malformed bytes refused before the parser allocates
   pb::ModelProto model;
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {  // <= 2 GiB: fits int
     throw OnnxImportError("not a valid ONNX ModelProto: " + std::to_string(bytes.size()) +
