@@ -209,6 +209,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("input_grad_ready", &Engine::input_grad_ready,
            "per graph input: backward steps after which its gradient is final (-1: none)")
       .def_property_readonly("num_backward_steps", &Engine::num_backward_steps)
+      .def_property_readonly("backward_runs_opaque_code", &Engine::backward_runs_opaque_code,
+           "whether backward runs a PythonOp, ATenOp or ATenOpGrad (code that may raise anything)")
       .def("forward_graph_onnx",
            [](const Engine& e) { return py::bytes(e.forward_graph_onnx()); })
       .def("training_graph_onnx",

@@ -141,6 +141,11 @@ class Engine {
   // as an optimizer-in-backward does); -1: no gradient. And the number of backward steps.
   const std::vector<int64_t>& input_grad_ready() const { return input_grad_ready_; }
   int64_t num_backward_steps() const { return static_cast<int64_t>(backward_steps_.size()); }
+  // Whether a backward step runs code we do not control (PythonOp, ATenOp, ATenOpGrad: a user
+  // Function, PyTorch autograd, the ATen dispatcher), which may raise anything; our own kernels
+  // fail only on resources (out of memory, a device fault). Only for such engines does the
+  // bridge copy an accumulated .grad it hands over early, to undo it (bridge.py, _Handover).
+  bool backward_runs_opaque_code() const { return backward_opaque_; }
 
   bool training() const { return options_.training; }
   std::vector<std::string> input_names() const;
@@ -184,6 +189,7 @@ class Engine {
   MemoryTimeline timeline_;          // static memory estimate of plan_
   std::vector<CompiledStep> forward_steps_, backward_steps_;
   std::vector<int64_t> input_grad_ready_;  // see input_grad_ready()
+  bool backward_opaque_ = false;            // see backward_runs_opaque_code()
   std::vector<at::ScalarType> input_types_;  // per graph input
   EngineStats stats_;
 

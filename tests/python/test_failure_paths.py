@@ -4,9 +4,11 @@ and the optimizer state bitwise as before the step, and the module usable — th
 eager PyTorch doing the same steps without the failed one. Copies (deepcopy, pickle, torch.save)
 of an ORTModule are independent modules that train like eager."""
 import copy
+import gc
 import io
 import pickle
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ import torch.nn.functional as F
 import torch_ort
 from torch_ort import ORTModule
 from torch_ort.optim import FP16_Optimizer, FusedAdam, FusedLamb
+from torch_ort.ortmodule import bridge
 from torch_ort.ortmodule import runner as runner_mod
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 
@@ -243,6 +246,120 @@ def test_a_module_called_twice_restores_the_grads_of_both_calls(strict, monkeypa
     assert_same(snapshot(ours, opt_o, buffers=False), before)
     del loss
     assert_trains_like(eager, ours, opt_e, opt_o)
+
+
+class Plain(torch.nn.Module):
+    """Net without the PythonOp: a backward of our own kernels only (no opaque code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.head = (torch.nn.Linear(WIDTH, 16), torch.nn.Linear(16, 16),
+                                         torch.nn.Linear(16, CLASSES))
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(torch.tanh(self.fc2(torch.relu(self.fc1(x))))), y)
+
+
+def _plain_batch(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(6, WIDTH, generator=g), torch.randint(0, CLASSES, (6,), generator=g)
+
+
+def _handover_records(monkeypatch):
+    """Every _Handover's records as they were when its backward call ended."""
+    seen = []
+    close = bridge._Handover.close
+    monkeypatch.setattr(bridge._Handover, "close", lambda self: (seen.append(dict(self.records)), close(self)))
+    return seen
+
+
+@pytest.mark.parametrize("model_cls", [Net, Plain], ids=["python_op", "no_opaque_code"])
+def test_existing_grads_are_copied_only_when_backward_runs_opaque_code(strict, monkeypatch, model_cls):
+    """The copy of an early group's .grad (gradient accumulation) is made only for an engine whose
+    backward runs user or ATen code; a .grad that was None is recorded either way (no copy)."""
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    torch.manual_seed(0)
+    ours = ORTModule(model_cls())
+    data = batch if model_cls is Net else _plain_batch
+    seen = _handover_records(monkeypatch)
+    ours(*data(1)).backward()  # .grad None: records without copies
+    ours(*data(2)).backward()  # accumulating
+    assert len(seen) == 2 and seen[0]
+    assert all(grad is None and copy is None for _, grad, copy in seen[0].values())
+    copies = [copy is not None for _, grad, copy in seen[1].values()]
+    assert (copies and all(copies)) if model_cls is Net else not any(copies)
+
+
+@pytest.mark.parametrize("accumulated", [False, True], ids=["grads_none", "grads_accumulated"])
+def test_a_kernel_failure_without_opaque_code_restores_none_grads(strict, monkeypatch, accumulated):
+    """A backward of our own kernels failing (injected: the second group's take raises, as an out
+    of memory would): .grad that was None is None again; accumulated ones stay accumulated (no copy
+    was made: the documented cost trade)."""
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    torch.manual_seed(0)
+    ours = ORTModule(Plain())
+    if accumulated:
+        ours(*_plain_batch(1)).backward()
+    before = snapshot(ours, buffers=False)
+    loss = ours(*_plain_batch(2))
+    real, taken = torch_ort._C.Engine.backward_take, []
+
+    def take(engine, run, steps, inputs):
+        taken.append(inputs)
+        if len(taken) == 2:
+            raise torch.OutOfMemoryError("injected: out of memory")
+        return real(engine, run, steps, inputs)
+    monkeypatch.setattr(torch_ort._C.Engine, "backward_take", take)
+    with pytest.raises(torch.OutOfMemoryError):
+        loss.backward()
+    monkeypatch.setattr(torch_ort._C.Engine, "backward_take", real)
+    first = [n for i, (n, _) in enumerate(ours.named_parameters()) if i + 2 in taken[0]]
+    assert first  # a group was handed over (and accumulated) before the failure
+    after = snapshot(ours, buffers=False)
+    if not accumulated:
+        assert_same(after, before)
+    else:
+        assert_same(after["params"], before["params"])
+        for n in first:  # accumulated, not taken back
+            assert not torch.equal(after["grads"][n], before["grads"][n]), n
+    del loss
+    ours(*_plain_batch(3)).backward()  # usable
+
+
+class Boom(torch.autograd.Function):
+    """Eager identity whose backward raises: a failure in user code outside our nodes."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("Boom.backward failed")
+
+
+def test_handover_records_do_not_outlive_a_backward_failing_in_user_code(strict, monkeypatch):
+    """The records (and copies) of the .grad handed over early die with the backward call when
+    user code after our nodes raises (autograd runs no final callback then), not with the graph."""
+    monkeypatch.setenv("ORTMODULE_GRADIENT_RELEASE", TINY)
+    torch.manual_seed(0)
+    ours = ORTModule(Plain())
+    x, y = _plain_batch(1)
+    made = []
+    init = bridge._Handover.__init__
+
+    def tracked(self):
+        init(self)
+        made.append(weakref.ref(self))
+    monkeypatch.setattr(bridge._Handover, "__init__", tracked)
+    x = x.clone().requires_grad_()
+    loss = ours(Boom.apply(x), y)  # the user tensor's gradient (last group) reaches Boom
+    with pytest.raises(ValueError, match="Boom.backward failed"):
+        loss.backward()
+    assert made
+    gc.collect()
+    assert all(ref() is None for ref in made)  # while `loss` (the graph) is still alive
+    del loss
 
 
 # --- export and engine build ----------------------------------------------------------------------

@@ -101,6 +101,7 @@ def test_release_off_is_one_group_at_the_end(strict, monkeypatch):
 def test_plan_cuts_groups_at_the_byte_threshold():
     class FakeEngine:  # five parameters whose gradients are final after steps 1, 1, 2, 3, 5
         input_grad_ready = [-1, 1, 1, 2, 3, 5]
+        backward_runs_opaque_code = False
     params = [torch.zeros(256)] * 5  # 1 KiB each
     plan = bridge.ReleasePlan.build(FakeEngine(), 1, params, 2048)
     assert [(g.steps, g.inputs) for g in plan.groups] == [(1, (1, 2)), (3, (3, 4)), (-1, (0, 5))]

@@ -12,15 +12,19 @@ until group 0's gradients are final and returns them, and autograd accumulates t
 while Release 1 runs the next piece. Groups are made once per engine (ReleasePlan) from when each
 parameter's gradient is final; ORTMODULE_GRADIENT_RELEASE=0 makes one group (all at the end).
 
-A backward that fails inside the engine after groups were handed over (a PythonOp Function's
-backward raising) puts those parameters' .grad back as they were before that backward (_Handover):
-a .grad that was None is None again, an accumulated one gets its old values back, bitwise. For
-that, when a node hands a group over, each of its parameters that already had a .grad has that
-gradient copied (memory: one copy of the pre-existing gradients of the early groups, and only
-under gradient accumulation); the copies are dropped when the backward ends."""
+A backward that fails inside the engine after groups were handed over puts those parameters'
+.grad back as they were before that backward (_Handover): a .grad that was None is None again
+(free: nothing is copied). A .grad that already held values (gradient accumulation,
+zero_grad(set_to_none=False)) is copied when its group is handed over — and only when the
+engine's backward runs code we do not control (PythonOp, ATenOp, ATenOpGrad nodes:
+Engine.backward_runs_opaque_code), the failures a user can meet and retry; then it gets its old
+values back, bitwise. Without such nodes only our kernels run, which fail on out of memory or a
+device fault: the None ones go back to None, the accumulated ones stay accumulated. Only that
+module call's parameters are put back: another ORTModule of the same graph whose backward already
+finished, and eager parameters, keep what they got. The records (and copies) live as long as the
+autograd backward call, failing or not (_Handover.open)."""
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass
 
@@ -39,6 +43,7 @@ class ReleaseGroup:
 @dataclass(frozen=True)
 class ReleasePlan:
     groups: tuple         # ReleaseGroup, in the order backward hands them over
+    copy_grads: bool      # backward may raise from user/ATen code: copy an early group's .grad
 
     @staticmethod
     def build(engine, num_tensors: int, params: list, min_bytes: int) -> "ReleasePlan":
@@ -59,39 +64,40 @@ class ReleasePlan:
                 size += p.numel() * p.element_size()
         taken = {i for g in groups for i in g.inputs}
         groups.append(ReleaseGroup(-1, tuple(i for i in range(n) if i not in taken)))
-        return ReleasePlan(tuple(groups))
+        return ReleasePlan(tuple(groups), bool(engine.backward_runs_opaque_code))
 
 
 class _Handover:
-    """The .grad of every parameter handed over during one autograd backward call (graph task),
-    as it was before: a module called twice in one step hands some parameters over twice, and
-    the first record is the one to restore."""
-
-    _lock = threading.Lock()
-    _tasks: "dict[int, weakref.ref]" = {}  # graph task id -> its _Handover (held by its _Backwards)
+    """The .grad, as before this backward, of the parameters one training call handed over before
+    its backward finished (module doc). A parameter is recorded once: the first record is the
+    state to restore."""
 
     def __init__(self):
         self.records: dict = {}  # id(param) -> (param, its .grad object or None, a copy or None)
 
     @classmethod
-    def current(cls) -> "_Handover":
-        task = torch._C._current_graph_task_id()
-        with cls._lock:
-            ref = cls._tasks.get(task)
-            found = ref() if ref is not None else None
-            if found is None:
-                for dead in [t for t, r in cls._tasks.items() if r() is None]:
-                    del cls._tasks[dead]
-                found = cls()
-                cls._tasks[task] = weakref.ref(found)
-                torch.autograd.Variable._execution_engine.queue_callback(found.records.clear)
-        return found
+    def open(cls) -> "weakref.ref":
+        """A new handover owned by the running autograd backward call: the graph task holds the
+        only strong reference (its final callback), runs it when the backward succeeds and drops
+        it when the backward fails anywhere — in our nodes or in user code between them (final
+        callbacks run only on success) — so neither records nor copies outlive the call."""
+        handover = cls()
+        torch.autograd.Variable._execution_engine.queue_callback(handover.close)
+        return weakref.ref(handover)
 
-    def record(self, params) -> None:
+    def close(self) -> None:
+        self.records = {}
+
+    def record(self, params, copy: bool) -> None:
         for p in params:
-            if id(p) not in self.records:
-                g = p.grad
-                self.records[id(p)] = (p, g, None if g is None else g.detach().clone())
+            if id(p) in self.records:
+                continue
+            g = p.grad
+            if g is None:
+                self.records[id(p)] = (p, None, None)
+            elif copy:
+                self.records[id(p)] = (p, g, g.detach().clone())
+            # else: a failure of our own kernels leaves it accumulated (module doc)
 
     def restore(self) -> None:
         records, self.records = self.records, {}
@@ -110,7 +116,7 @@ class _Backward:
         self.params, self.num_tensors = params, num_tensors  # graph input i >= num_tensors: params[i - n]
         self.run_ctx = None   # the forward's saved set, until backward begins
         self.run = None       # the engine's BackwardRun, until the last group is handed over
-        self.handover = None  # _Handover of the backward call, once a group is handed over early
+        self.handover = None  # weakref to the _Handover, once a group is handed over early
 
     def begin(self, grad_outputs) -> None:
         run_ctx, self.run_ctx = self.run_ctx, None
@@ -140,8 +146,9 @@ class _Backward:
                 grads = self.engine.backward_take(self.run, group.steps, list(group.inputs))
         except BaseException:
             self.end()  # the backward is over: nothing may keep its activations alive
-            if self.handover is not None:  # gradients handed over earlier go back (module doc)
-                self.handover.restore()
+            handover = self.handover() if self.handover is not None else None
+            if handover is not None:  # gradients handed over earlier go back (module doc)
+                handover.restore()
             raise
         if k == len(self.plan.groups) - 1:
             self.end()
@@ -149,9 +156,9 @@ class _Backward:
                 self.report("post-backward")
         else:  # a later group may still fail: remember the .grads this one is about to change
             if self.handover is None:
-                self.handover = _Handover.current()
-            self.handover.record(self.params[i - self.num_tensors] for i in group.inputs
-                                 if i >= self.num_tensors)
+                self.handover = _Handover.open()
+            self.handover().record((self.params[i - self.num_tensors] for i in group.inputs
+                                    if i >= self.num_tensors), self.plan.copy_grads)
         return _unalias(grads)
 
 
