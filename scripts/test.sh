@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the torch-free core's GoogleTest suite, then the pytest suite.
+# Runs every test: the torch-free core's GoogleTest suite (release, then under ASan+UBSan with a
+# 60 s fuzz pass: scripts/sanitize.sh, scripts/fuzz.sh; FUZZ_SECONDS changes it), then pytest.
 # Installs what it needs first (scripts/bootstrap.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
