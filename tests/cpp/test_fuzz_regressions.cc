@@ -2,6 +2,7 @@
 // each file of tests/fuzz/regressions once crashed the core and must now be rejected with one of
 // the core's errors or compile; each seed of tests/fuzz/corpus that ORTModule's disk cache wrote
 // must compile, since the engine builds exactly those.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
