@@ -65,7 +65,10 @@ TEST(FuzzRegressions, EveryCrashInputIsNowACleanError) {
     const std::string error = outcome(p);
     // A regression that compiles is fine too (the model was valid all along); when rejected,
     // the message says where.
-    if (!error.empty()) EXPECT_THAT(error, testing::MatchesRegex(".*(node|value|initializer|input|output|graph|model|attribute).*"));
+    if (!error.empty()) {
+      EXPECT_THAT(error, testing::MatchesRegex(
+                             ".*(node|value|initializer|input|output|graph|model|attribute).*"));
+    }
   }
 }
 
