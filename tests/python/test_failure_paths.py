@@ -589,6 +589,50 @@ def test_a_failed_fp16_optimizer_step_changes_nothing(inner_cls, fault):
     assert_same(_fp16_snapshot(ours, opt_o), _fp16_snapshot(ref, opt_r))
 
 
+class FlakySGD(torch.optim.SGD):
+    """A foreign inner optimizer whose step raises `failures` times (after FP16_Optimizer has
+    unscaled and clipped: it has no check_step)."""
+    failures = 0
+
+    def step(self, closure=None):
+        if FlakySGD.failures:
+            FlakySGD.failures -= 1
+            raise RuntimeError("FlakySGD.step failed")
+        return super().step(closure)
+
+
+@pytest.mark.parametrize("clipping", [False, True], ids=["no_clip", "clipping"])
+def test_fp16_optimizer_after_a_foreign_inner_step_failed_retries_without_unscaling_twice(clipping):
+    """Not undone (nothing is copied per step): the gradients stay unscaled, the scale stays; the
+    retried step equals a step that never failed, bitwise."""
+    ref, ours, opt_r, opt_o = _fp16_pair(FlakySGD, clipping)
+    scale, scaled_grad = opt_o.loss_scale, ours.head.bias.grad.clone()
+    FlakySGD.failures = 1
+    with pytest.raises(RuntimeError, match="FlakySGD.step failed"):
+        opt_o.step()
+    assert opt_o.loss_scale == scale
+    if not clipping:  # the fp32 parameter's gradient, unscaled in place (documented)
+        torch.testing.assert_close(ours.head.bias.grad, scaled_grad / scale, rtol=0, atol=0)
+    opt_o.step()
+    opt_r.step()
+    assert_same(_fp16_snapshot(ours, opt_o), _fp16_snapshot(ref, opt_r))
+
+
+@pytest.mark.parametrize("inner_cls", [FusedAdam, FusedLamb])
+def test_fp16_optimizer_step_copies_no_gradient(inner_cls, monkeypatch):
+    """The hot path: loss scale != 1 and clipping on, and no clone of any gradient."""
+    ref, ours, opt_r, opt_o = _fp16_pair(inner_cls, clipping=True)
+    assert opt_o.loss_scale != 1.0
+    clones = []
+    real = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda t, *a, **k: (clones.append(t.shape), real(t, *a, **k))[1])
+    opt_o.step()
+    monkeypatch.setattr(torch.Tensor, "clone", real)
+    assert clones == []
+    opt_r.step()
+    assert_same(_fp16_snapshot(ours, opt_o), _fp16_snapshot(ref, opt_r))
+
+
 # --- copies ---------------------------------------------------------------------------------------
 
 def _round_trip(module, how):

@@ -23,28 +23,35 @@ def check_hyper(lr: float, betas, eps: float, weight_decay: float) -> None:
 _PARAM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def check_grad(opt_name: str, p: torch.Tensor, g: torch.Tensor) -> None:
+    """What every optimizer step here reads in a gradient, checked before anything is written:
+    dense, the parameter's dtype or fp32, the parameter's shape and device."""
+    where = f"{opt_name}: parameter of shape {tuple(p.shape)}"
+    if g.layout != torch.strided:
+        raise RuntimeError(f"{where} has a {g.layout} gradient; {opt_name} does not support sparse "
+                           "gradients (use torch.optim.SparseAdam for sparse embeddings)")
+    if g.dtype != p.dtype and g.dtype != torch.float32:
+        raise TypeError(f"{opt_name}: a {g.dtype} gradient for a {p.dtype} parameter of shape "
+                        f"{tuple(p.shape)}; expected the parameter's dtype or float32")
+    if g.shape != p.shape:
+        raise ValueError(f"{where} has a gradient of shape {tuple(g.shape)}")
+    if g.device != p.device:
+        raise TypeError(f"{where} is on {p.device} but its gradient is on {g.device}")
+
+
 def params_with_grads(opt_name: str, group: dict):
     """The group's parameters that have a gradient, and those gradients (contiguous). Everything
-    the kernels would refuse is refused here, before any parameter of any group moves: sparse
-    gradients, dtypes, a gradient whose shape or device is not its parameter's."""
+    the kernels would refuse is refused here, before any parameter of any group moves: parameter
+    dtypes, and each gradient (check_grad)."""
     params, grads = [], []
     for p in group["params"]:
         g = p.grad
         if g is None:
             continue
-        where = f"{opt_name}: parameter of shape {tuple(p.shape)}"
-        if g.layout != torch.strided:
-            raise RuntimeError(f"{where} has a {g.layout} gradient; {opt_name} does not support sparse "
-                               "gradients (use torch.optim.SparseAdam for sparse embeddings)")
         if p.dtype not in _PARAM_DTYPES:
-            raise TypeError(f"{where} is {p.dtype}; expected float32, float16 or bfloat16")
-        if g.dtype != p.dtype and g.dtype != torch.float32:
-            raise TypeError(f"{opt_name}: a {g.dtype} gradient for a {p.dtype} parameter of shape "
-                            f"{tuple(p.shape)}; expected the parameter's dtype or float32")
-        if g.shape != p.shape:
-            raise ValueError(f"{where} has a gradient of shape {tuple(g.shape)}")
-        if g.device != p.device:
-            raise TypeError(f"{where} is on {p.device} but its gradient is on {g.device}")
+            raise TypeError(f"{opt_name}: parameter of shape {tuple(p.shape)} is {p.dtype}; "
+                            "expected float32, float16 or bfloat16")
+        check_grad(opt_name, p, g)
         params.append(p)
         grads.append(g if g.is_contiguous() else g.contiguous())
     return params, grads
@@ -98,6 +105,19 @@ class FusedOptimizer(torch.optim.Optimizer):
         for group, _, _ in work:
             check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
         return work
+
+    def hyper(self, group: dict, step: int, grad_scale: float) -> dict:
+        """The kernel's hyper-parameters for `group` at `step`, resolved and checked (raises on
+        a bad value)."""
+        raise NotImplementedError
+
+    def check_step(self) -> None:
+        """Raises what step() would raise for a bad hyper-parameter, reading nothing else and
+        changing nothing: FP16_Optimizer calls it before it unscales the gradients, so that the
+        inner step can then fail only on resources (out of memory, a kernel's device fault)."""
+        for group in self.param_groups:
+            check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+            self.hyper(group, group.get("step", 0) + 1, 1.0)
 
     def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
         super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)

@@ -24,6 +24,7 @@ from typing import Callable, List, Optional
 import torch
 
 from . import _kernels, modifiers
+from ._base import check_grad
 from .loss_scaler import LossScaler
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -208,21 +209,11 @@ class FP16_Optimizer(torch.optim.Optimizer):
         return self.overflow
 
     def _check_grads(self) -> None:
-        """Every model gradient the step reads, checked before anything is written: dense, its
-        parameter's shape and device, its parameter's dtype (or fp32 for an fp16/bf16 one)."""
+        """Every model gradient the step reads, checked before anything is written (the fused
+        optimizers' check: dense, its parameter's shape and device, dtype or fp32)."""
         for p in self.model_params + self.fp32_params:
-            g = p.grad
-            if g is None:
-                continue
-            where = f"FP16_Optimizer: parameter of shape {tuple(p.shape)}"
-            if g.layout != torch.strided:
-                raise RuntimeError(f"{where}: sparse ({g.layout}) gradients are not supported")
-            if g.shape != p.shape:
-                raise ValueError(f"{where} has a gradient of shape {tuple(g.shape)}")
-            if g.device != p.device:
-                raise TypeError(f"{where} is on {p.device} but its gradient is on {g.device}")
-            if g.dtype != p.dtype and not (p.dtype in _LOW_PRECISION and g.dtype == torch.float32):
-                raise TypeError(f"{where}: a {g.dtype} gradient for a {p.dtype} parameter")
+            if p.grad is not None:
+                check_grad("FP16_Optimizer", p, p.grad)
 
     @torch.no_grad()
     def clip_master_grads(self, max_norm: float, norm_type: float = 2.0) -> float:
@@ -244,46 +235,35 @@ class FP16_Optimizer(torch.optim.Optimizer):
         return norm
 
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None):
-        """One step; when it raises (a bad gradient, the inner optimizer failing before it moved
-        anything, as torch_ort's FusedAdam/FusedLamb do), the model's gradients, the masters, the
-        loss scale and this wrapper's flags are as before the call, and the step can be retried.
-        The fp32 parameters' gradients (unscaled and clipped in place) are copied for this: memory
-        of one fp32 gradient per fp32 parameter, held during step() only, when the scale is not 1
-        or clipping is on."""
+        """One step. Everything that can be checked is checked before the gradients are unscaled:
+        the model's gradients, and the inner optimizer's hyper-parameters when it is torch_ort's
+        FusedAdam/FusedLamb (their check_step) — such a failure changes nothing and step() can be
+        retried. Nothing is copied to undo a later failure: when the inner step raises after the
+        unscale (out of memory, a kernel, a foreign optimizer's own checks), the gradients stay
+        unscaled (and clipped) — the masters' and, in place, the fp32 parameters' — and the
+        wrapper knows it: step() again retries with them without unscaling twice; zero_grad()
+        drops them (do one of the two before the next backward). Multiplying back by the scale,
+        a power of two, would be exact only for values that did not underflow: it is not done."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        entry = (self._grads_ready, self._scaled, self.overflow, self.last_grad_norm)
-        clipping = self.max_grad_norm is not None and self.max_grad_norm > 0
-        mutated = []  # gradients this step writes in place before the inner step
-        if clipping or (not self._grads_ready and self.scaler.scale != 1.0):
-            mutated += [p.grad for p in self.fp32_params if p.grad is not None]
-        if clipping and self._grads_ready:
-            mutated += [m.grad for m in self.master_params if m.grad is not None]
-        saved = [g.clone() for g in mutated]
-        try:
-            return self._step(loss, clipping)
-        except BaseException:
-            with torch.no_grad():
-                for g, copy in zip(mutated, saved):
-                    g.copy_(copy)
-            self._grads_ready, self._scaled, self.overflow, self.last_grad_norm = entry
-            raise
-
-    def _step(self, loss, clipping: bool):
         if not self._grads_ready:
-            self.update_master_grads()
-        self._grads_ready = self._scaled = False
+            self._check_grads()
+        check_inner = getattr(self.optimizer, "check_step", None)
+        if check_inner is not None:
+            check_inner()
+        if not self._grads_ready:
+            self.update_master_grads()  # checks first, then unscales: _grads_ready from here on
         self.last_grad_norm = None
         if self.overflow:
+            self._grads_ready = self._scaled = False
             self.scaler.update(overflow=True)
             return loss
-        if clipping:
-            self._grads_ready = True
-            self.clip_master_grads(self.max_grad_norm)
-            self._grads_ready = False
+        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+            self.clip_master_grads(self.max_grad_norm)  # a retry clips again: a no-op then
         self.optimizer.step()
+        self._grads_ready = self._scaled = False
         self._masters_to_model()
         self.scaler.update(overflow=False)
         return loss

@@ -55,6 +55,13 @@ class FusedAdam(FusedOptimizer):
             param_group["adam_w_mode"] = int(AdamWMode(param_group["adam_w_mode"]))
         super().add_param_group(param_group)
 
+    def hyper(self, group: dict, step: int, grad_scale: float) -> dict:
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                    weight_decay=float(group["weight_decay"]), step=step,
+                    bias_correction=bool(group["bias_correction"]),
+                    adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=float(grad_scale))
+
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
         """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
@@ -62,11 +69,7 @@ class FusedAdam(FusedOptimizer):
         loss = self.run_closure(closure)
 
         def prepare(group, step):  # every value read and checked before any group moves
-            beta1, beta2 = (float(b) for b in group["betas"])
-            hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
-                         weight_decay=float(group["weight_decay"]), step=step,
-                         bias_correction=bool(group["bias_correction"]),
-                         adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=float(grad_scale))
+            hyper = self.hyper(group, step, grad_scale)
             return lambda backend, ps, gs, ms, vs: backend.multi_tensor_adam(ps, gs, ms, vs, **hyper)
 
         self.run_groups(self.checked_groups("FusedAdam"), prepare)

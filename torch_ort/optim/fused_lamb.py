@@ -47,6 +47,21 @@ class FusedLamb(FusedOptimizer):
 
     EXTRA = FusedOptimizer.EXTRA + ("max_grad_norm",)
 
+    def hyper(self, group: dict, step: int, grad_scale: float) -> dict:
+        beta1, beta2 = (float(b) for b in group["betas"])
+        max_weight_norm = group["max_weight_norm"]
+        ratio_min, ratio_max = float(group["ratio_min"]), float(group["ratio_max"])
+        if ratio_min > ratio_max or ratio_min < 0:
+            raise ValueError(f"invalid trust-ratio bounds [{ratio_min}, {ratio_max}]")
+        return dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                    weight_decay=float(group["weight_decay"]), step=step,
+                    bias_correction=bool(group["bias_correction"]),
+                    adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
+                    use_nvlamb=bool(group["use_nvlamb"]), ratio_min=ratio_min,
+                    ratio_max=min(ratio_max, 1e30),
+                    max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
+                    grad_scale=float(grad_scale))
+
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
         """One update. `grad_scale` multiplies every gradient before clipping (1: none)."""
@@ -61,19 +76,7 @@ class FusedLamb(FusedOptimizer):
             grad_scale /= max(1.0, norm / self.max_grad_norm)
 
         def prepare(group, step):  # every value read and checked before any group moves
-            beta1, beta2 = (float(b) for b in group["betas"])
-            max_weight_norm = group["max_weight_norm"]
-            ratio_min, ratio_max = float(group["ratio_min"]), float(group["ratio_max"])
-            if ratio_min > ratio_max or ratio_min < 0:
-                raise ValueError(f"invalid trust-ratio bounds [{ratio_min}, {ratio_max}]")
-            hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=float(group["eps"]),
-                         weight_decay=float(group["weight_decay"]), step=step,
-                         bias_correction=bool(group["bias_correction"]),
-                         adam_w_mode=bool(group["adam_w_mode"]), grad_averaging=bool(group["grad_averaging"]),
-                         use_nvlamb=bool(group["use_nvlamb"]), ratio_min=ratio_min,
-                         ratio_max=min(ratio_max, 1e30),
-                         max_weight_norm=-1.0 if max_weight_norm is None else float(max_weight_norm),
-                         grad_scale=float(grad_scale))
+            hyper = self.hyper(group, step, grad_scale)
             return lambda backend, ps, gs, ms, vs: backend.multi_tensor_lamb(ps, gs, ms, vs, **hyper)
 
         self.run_groups(work, prepare)
