@@ -247,3 +247,21 @@ def test_a_model_file_cannot_name_python_to_run(tmp_path, monkeypatch):
             engine.forward([x])
     assert "hostile_module" not in sys.modules
     assert not marker.exists()
+
+
+def test_an_aten_op_node_runs_only_aten_operators():
+    """The ATen fallback node calls the dispatcher by name: a model file naming an operator outside
+    aten:: (Python-implemented torch.library ops, collectives) is refused at the call."""
+    from onnx import TensorProto, helper
+
+    import torch_ort
+
+    node = helper.make_node("ATenOp", ["x"], ["y"], domain="com.torch_ort",
+                            aten_op="_c10d_functional::all_reduce.default")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.torch_ort", 1)])
+    engine = torch_ort._C.Engine(model.SerializeToString(), False, [False], [], 0, [])
+    with pytest.raises(RuntimeError, match="aten:: operators only.*_c10d_functional::all_reduce"):
+        engine.forward([torch.ones(2)])

@@ -30,6 +30,11 @@ c10::OperatorHandle find_op(const KernelCtx& c) {
   const size_t dot = full.find('.', ns == std::string::npos ? 0 : ns);
   if (ns == std::string::npos || dot == std::string::npos)
     c.fail("attribute aten_op must read 'namespace::name.overload', got '" + full + "'");
+  // Only aten:: operators, as the ATen fallback exports them: other namespaces hold operators
+  // implemented in Python (torch.library) or with side effects (collectives) that no model file
+  // may name.
+  if (full.compare(0, ns, "aten") != 0 || ns != 4)
+    c.fail("ATenOp runs aten:: operators only; the graph names '" + full + "'");
   const std::string name = full.substr(0, dot), overload = full.substr(dot + 1);
   auto op = c10::Dispatcher::singleton().findSchema({name, overload == "default" ? "" : overload});
   if (!op) c.fail("no ATen operator " + full + " in this PyTorch build");
