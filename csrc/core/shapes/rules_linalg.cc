@@ -108,7 +108,7 @@ void pool_shape(ShapeCtx& c) {  // MaxPool also returns Indices of the output's 
   const Shape x = c.in(0);
   window_shape(c, x.rank() >= 2 ? x.dims[1] : Dim{}, c.attrs().get_ints("kernel_shape", {}),
                c.attrs().get_int("ceil_mode", 0) != 0);
-  c.set(1, c.out_shapes[0]);
+  if (c.num_outputs() >= 2) c.set(1, c.out_shapes[0]);  // (a node may name no outputs at all)
 }
 
 void global_pool_shape(ShapeCtx& c) {  // (N, C, d..) -> (N, C, 1..)
