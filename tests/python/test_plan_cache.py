@@ -13,19 +13,10 @@ from torch_ort import DebugOptions, LogLevel, ORTModule
 from torch_ort.ortmodule import python_op
 from torch_ort.ortmodule.config import Settings
 
+from test_threads import Scale  # a PythonOp: x * s with its own backward
+
 INFO = DebugOptions(log_level=LogLevel.INFO)
 BOUND = 2
-
-
-class Scale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, s):
-        ctx.s = s
-        return x * s
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.s, None
 
 
 class Net(torch.nn.Module):
