@@ -2,6 +2,7 @@
 moments, set_grad_none, closures, and a load_state_dict that keeps the moments fp32."""
 from __future__ import annotations
 
+import abc
 from typing import Callable, Optional
 
 import torch
@@ -78,7 +79,7 @@ def load_fp32_state(opt: torch.optim.Optimizer, state_dict: dict, load) -> None:
                     opt.state[p][name] = value.to(device=p.device, dtype=torch.float32, copy=True)
 
 
-class FusedOptimizer(torch.optim.Optimizer):
+class FusedOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
     """A torch.optim.Optimizer whose zero_grad sets gradients to None when `set_grad_none`, and
     whose load_state_dict keeps fp32 moments fp32 for low-precision parameters."""
 
@@ -106,10 +107,10 @@ class FusedOptimizer(torch.optim.Optimizer):
             check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
         return work
 
+    @abc.abstractmethod
     def hyper(self, group: dict, step: int, grad_scale: float) -> dict:
         """The kernel's hyper-parameters for `group` at `step`, resolved and checked (raises on
-        a bad value)."""
-        raise NotImplementedError
+        a bad value); each optimizer (FusedAdam, FusedLamb) defines its own."""
 
     def check_step(self) -> None:
         """Raises what step() would raise for a bad hyper-parameter, reading nothing else and
