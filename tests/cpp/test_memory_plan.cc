@@ -1,5 +1,6 @@
 // Static memory estimate (planner/memory.h): live bytes per step counted by hand on tiny graphs,
 // views counted once, in-place reuse only where the buffer really dies, symbols and formulas.
+#include <limits>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,6 +187,27 @@ TEST(MemoryLayout, ViewStridesFollowATenComputeStride) {
   EXPECT_FALSE(dense_like(S({"A", "B"}), S({"B", "A"}))) << "order not provable";
   EXPECT_TRUE(is_row_major(S({"8*T", "8", "1"}), S({"B", "T", "8"})));
   EXPECT_TRUE(is_row_major(S({"5", "8", "1"}), S({"1", "T", "8"}))) << "size-1 dims: any stride";
+}
+
+// Slice steps and axes are int64 constants, read exactly: a step past 2^53 keeps its value, and a
+// stride times a step past int64 leaves the layout unknown instead of wrapping (fuzzer: the step was
+// read as a double and 9.2e18 converted back to int64, undefined behaviour).
+TEST(MemoryLayout, SliceStepsAreExactAndOverflowLeavesTheLayoutUnknown) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", "[batch,seq,96]");
+  const ValueId y = b.op("Relu", {x});
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a double
+  const ValueId exact = b.op("Slice", {y, b.ints({0}), b.ints({96}), b.ints({2}), b.ints({big})});
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  const ValueId wrap = b.op("Slice", {y, b.ints({0}), b.ints({1}), b.ints({0}), b.ints({huge})});
+  infer_shapes(b.g);
+  const auto l = value_layouts(b.g);
+  ASSERT_TRUE(l[exact].strides) << b.shape(exact);
+  EXPECT_EQ((*l[exact].strides)[2].to_string(), std::to_string(big));
+  EXPECT_EQ(l[exact].base, y);
+  EXPECT_EQ(l[wrap].base, y) << "still a view of its input";
+  EXPECT_FALSE(l[wrap].strides) << "96*seq times INT64_MAX does not fit";
+  EXPECT_FALSE(l[wrap].contiguous);
 }
 
 // Fused attention allocates Y like Q: with Q transposed from (B, T, H, D), Y transposed back is

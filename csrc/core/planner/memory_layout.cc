@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <stdexcept>
 
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/planner/memory.h"
@@ -48,6 +49,16 @@ std::optional<std::vector<double>> constant_values(const Node& n, int i, const L
     return std::nullopt;
   }
 }
+// Values of a constant int32/int64 input (axes, steps, starts), exactly: doubles would round
+// values past 2^53 and make a later conversion back to int64 undefined.
+std::optional<std::vector<int64_t>> constant_ints(const Node& n, int i, const Layouts& l) {
+  if (!has(n, i) || !l[n.inputs[i]].data) return std::nullopt;
+  try {
+    return l[n.inputs[i]].data->as_int64s();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
 bool constant_is(const Node& n, int i, const Layouts& l, double v) {
   auto d = constant_values(n, i, l);
   return d && d->size() == 1 && (*d)[0] == v;
@@ -56,13 +67,13 @@ bool constant_is(const Node& n, int i, const Layouts& l, double v) {
 std::optional<std::vector<int64_t>> axes_of(const Node& n, int i, const Layouts& l, int64_t rank) {
   std::vector<int64_t> axes;
   if (has(n, i)) {
-    auto a = constant_values(n, i, l);
+    auto a = constant_ints(n, i, l);
     if (!a) return std::nullopt;
-    for (double x : *a) axes.push_back(static_cast<int64_t>(x));
+    axes = std::move(*a);
   } else {
     axes = n.attrs.get_ints("axes", {});
   }
-  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+  for (int64_t& a : axes) a = a < 0 && rank >= 0 ? a + rank : a;  // no overflow: rank <= 64
   return axes;
 }
 // Dropout's kernels pass X (or dY) through when training_mode is absent or false, or ratio is 0.
@@ -110,7 +121,14 @@ std::optional<AliasRule> transpose(const Graph& g, const Node& n, int, const Lay
     return r;
   }
   SymSizes st;
-  for (int64_t d : perm) st.push_back((*r.strides)[d]);
+  for (int64_t d : perm) {
+    if (d < 0 || d >= rank) {  // not a permutation: the shape rule reports it; no layout here
+      r.contiguous = false;
+      r.strides.reset();
+      return r;
+    }
+    st.push_back((*r.strides)[d]);
+  }
   r.strides = st;
   return r;
 }
@@ -159,7 +177,12 @@ std::optional<AliasRule> unsqueeze(const Graph& g, const Node& n, int out, const
   SymSizes sz = *sizes, st = *l[n.inputs[0]].strides;
   for (int64_t a : *axes) {  // at::unsqueeze: stride = size·stride of the dim it precedes
     if (a < 0 || a > static_cast<int64_t>(sz.size())) return r;
-    const SymExpr s = a >= static_cast<int64_t>(sz.size()) ? SymExpr::constant(1) : sz[a] * st[a];
+    SymExpr s = SymExpr::constant(1);
+    try {
+      if (a < static_cast<int64_t>(sz.size())) s = sz[a] * st[a];
+    } catch (const std::overflow_error&) {  // checked arithmetic (sym_dim.cc): layout unknown
+      return r;
+    }
     sz.insert(sz.begin() + a, SymExpr::constant(1));
     st.insert(st.begin() + a, s);
   }
@@ -169,7 +192,7 @@ std::optional<AliasRule> unsqueeze(const Graph& g, const Node& n, int out, const
 // A part cut along `axes` with `steps` (Slice, Split, ConcatGrad; nullopt: axes or steps not
 // constant): never its whole buffer.
 AliasRule part(const Node& n, const std::optional<std::vector<int64_t>>& axes,
-               const std::vector<double>& steps, const Layouts& l) {
+               const std::vector<int64_t>& steps, const Layouts& l) {
   AliasRule r = same_layout(n, 0, l);
   r.whole = false;
   const auto unknown = [&] {
@@ -181,8 +204,13 @@ AliasRule part(const Node& n, const std::optional<std::vector<int64_t>>& axes,
   for (size_t i = 0; i < axes->size(); ++i) {
     const int64_t a = (*axes)[i];
     if (a < 0 || a >= static_cast<int64_t>(r.strides->size())) return unknown();
-    if (i < steps.size() && steps[i] != 1)
-      (*r.strides)[a] = (*r.strides)[a] * SymExpr::constant(static_cast<int64_t>(steps[i]));
+    if (i < steps.size() && steps[i] != 1) {
+      try {
+        (*r.strides)[a] = (*r.strides)[a] * SymExpr::constant(steps[i]);
+      } catch (const std::overflow_error&) {  // checked arithmetic (sym_dim.cc)
+        return unknown();
+      }
+    }
   }
   return r;
 }
@@ -190,14 +218,14 @@ AliasRule part(const Node& n, const std::optional<std::vector<int64_t>>& axes,
 std::optional<AliasRule> slice(const Graph& g, const Node& n, int, const Layouts& l) {
   const int64_t rank = g.value(n.inputs[0]).shape.rank();
   std::vector<int64_t> axes;
-  std::vector<double> steps;
+  std::vector<int64_t> steps;
   if (n.attrs.has("starts")) {  // before opset 10: attributes, step 1
     axes = n.attrs.get_ints("axes", {});
     if (axes.empty())
       for (size_t i = 0; i < n.attrs.get_ints("starts", {}).size(); ++i) axes.push_back(i);
   } else {
-    auto st = constant_values(n, 4, l);
-    auto starts = constant_values(n, 1, l);
+    auto st = constant_ints(n, 4, l);
+    auto starts = constant_ints(n, 1, l);
     auto a = axes_of(n, 3, l, rank);
     if (has(n, 4) && !st) return part(n, std::nullopt, {}, l);
     if (st) steps = *st;
@@ -206,7 +234,7 @@ std::optional<AliasRule> slice(const Graph& g, const Node& n, int, const Layouts
       for (size_t i = 0; i < starts->size(); ++i) axes.push_back(static_cast<int64_t>(i));
     else return part(n, std::nullopt, {}, l);
   }
-  if (std::any_of(steps.begin(), steps.end(), [](double s) { return s < 0; })) return std::nullopt;
+  if (std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s < 0; })) return std::nullopt;
   for (int64_t& a : axes) a = a < 0 ? a + rank : a;
   return part(n, axes, steps, l);
 }
