@@ -18,4 +18,5 @@ scripts/sanitize.sh
 timeout 600 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 
 echo "[test] Python (pytest)"
-.venv/bin/python -m pytest -q tests/python "$@"
+# --durations: the slowest tests, so that a CI log shows where the time goes.
+.venv/bin/python -m pytest -q --durations=20 tests/python "$@"
