@@ -225,6 +225,24 @@ TEST(GradientStructure, MissingRuleOnPathThrowsNamingOpAndNode) {
   }
 }
 
+// The builder does not rely on the verifier alone: a Sigmoid whose gradient arrives on a second
+// output (a malformed node, as the fuzzer made it) is a GradientError, not an out-of-range read of
+// the absent grad_out(0).
+TEST(GradientStructure, RuleWithoutItsOutputGradientThrowsGradientError) {
+  Graph g;
+  ValueId x = input(g, "x", shp({k(3)}));
+  ValueId y0 = g.new_value("y0", DType::kFloat, shp({k(3)}));
+  ValueId y1 = g.new_value("y1", DType::kFloat, shp({k(3)}));
+  g.nodes.push_back(Node{"", "Sigmoid", "/Sigmoid_2", {x}, {y0, y1}, {}});
+  g.outputs = {y1};
+  try {
+    build_training_graph(g, {true});
+    FAIL() << "expected GradientError";
+  } catch (const GradientError& e) {
+    EXPECT_NE(std::string(e.what()).find("/Sigmoid_2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradientStructure, MissingRuleOffPathDoesNotThrow) {
   Graph g;  // FancyOp only sees z, which needs no gradient
   ValueId x = input(g, "x", shp({k(3)})), z = input(g, "z", shp({k(3)}));

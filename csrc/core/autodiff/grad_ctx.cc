@@ -85,7 +85,14 @@ void GradCtx::set_grad(int i, ValueId grad) {
 
 ValueId GradCtx::op(const std::string& op_type, std::vector<ValueId> inputs, Attributes attrs,
                     DType dtype, Shape shape, const std::string& domain) {
-  if (dtype == DType::kUndefined) dtype = g_.value(inputs.at(0)).dtype;
+  if (dtype == DType::kUndefined) {
+    // A rule takes the dtype from its first operand, e.g. grad_out(0): absent when a malformed node
+    // gets gradients on other outputs only.
+    if (inputs.empty() || inputs[0] == kNoValue)
+      throw GradientError(node_.describe() + ": the gradient's " + op_type +
+                          " has no first operand to take its dtype from");
+    dtype = g_.value(inputs[0]).dtype;
+  }
   const std::string base = node_.name.empty() ? node_.op_type : node_.name;
   Node n{domain, op_type, g_.unique_node_name(base + "_grad/" + op_type), std::move(inputs), {kNoValue},
          std::move(attrs)};
