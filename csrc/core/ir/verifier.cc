@@ -1,4 +1,5 @@
-// IR invariant checks (SSA, def-before-use, types, graph outputs) and a stable topological sort.
+// IR invariant checks (SSA, def-before-use, types, attribute kinds, op arity, graph outputs) and a
+// stable topological sort.
 #include "csrc/core/ir/verifier.h"
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
+#include "csrc/core/ir/op_arity.h"
 
 namespace torch_ort {
 
@@ -115,6 +117,8 @@ void verify(const Graph& g) {
     const std::string who = "node " + node.describe();
     if (node.op_type.empty()) throw VerifyError(who + " has an empty op_type");
     if (std::string why = attribute_kind_problem(node); !why.empty()) throw VerifyError(who + ": " + why);
+    // Every later reader may take a known op's required inputs/outputs by position.
+    if (std::string why = arity_problem(g, node); !why.empty()) throw VerifyError(who + ": " + why);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
       if (v == kNoValue) continue;

@@ -1,5 +1,6 @@
 // IR invariants: SSA (every value defined once), topological order, every node input defined
-// before use, typed values, graph outputs defined. Throws VerifyError naming the node.
+// before use, typed values, attribute kinds, each known op's input/output arity (op_arity.h),
+// graph outputs defined. Throws VerifyError naming the node.
 #pragma once
 
 #include <string>
