@@ -12,6 +12,7 @@ arrive in. Writes benchmarks/results/ddp_overlap.{json,md,png}.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -94,6 +95,10 @@ def rank_main(args) -> None:
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(gathered, f)
+    # DDP's reducer holds the process group: free the model first, so that the group's gloo
+    # threads end here and not during interpreter shutdown, where torch can abort the rank.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

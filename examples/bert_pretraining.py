@@ -14,6 +14,7 @@ No download: the text is Python's reference documentation as the interpreter shi
 from __future__ import annotations
 
 import argparse
+import gc
 import contextlib
 import os
 import re
@@ -220,6 +221,10 @@ def main() -> None:
     if rank == 0:
         print(f"final loss {total:.4f}; checkpoint {ckpt}")
     if distributed:
+        # DDP's reducer holds the process group: free the model first, so that the group's gloo
+        # threads end here and not during interpreter shutdown, where torch can abort the rank.
+        del model, opt, inner
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -17,6 +17,7 @@ waits on another holding the long ones. Gradients reach DDP while the engine's b
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import statistics
@@ -174,6 +175,10 @@ def main() -> None:
             print(f"saved {args.checkpoint}")
     if distributed:
         dist.barrier()
+        # DDP's reducer holds the process group: free the model first, so that the group's gloo
+        # threads end here and not during interpreter shutdown, where torch can abort the rank.
+        del model, opt, inner
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -7,6 +7,7 @@ Rank 0 writes the per-step global losses, the final parameters and buffers, and 
 which parameter gradients arrived to --out (JSON)."""
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -169,6 +170,13 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(result, f)
     if world > 1:
+        # Free DDP (its reducer holds the process group) while Python is alive, so that the group
+        # and its gloo threads go with destroy_process_group. Left to interpreter shutdown, a gloo
+        # thread could free a tensor that holds a Python object after finalization began, and
+        # abort the rank ("terminate called without an active exception", from
+        # ProcessGroupGloo::runLoop; torch's, reproduced with --engine eager).
+        del model, opt, inner
+        gc.collect()
         dist.destroy_process_group()
 
 
