@@ -60,6 +60,7 @@ Graph one_node(const std::string& domain, const std::string& op, int64_t opset,
   Graph g;
   g.opset_imports[domain] = opset;
   Node n{domain, op, "n", {}, {}, {}};
+  if (domain.empty() && op == "Cast") n.attrs.set("to", static_cast<int64_t>(DType::kFloat));  // required
   for (size_t i = 0; i < ins.size(); ++i) {
     n.inputs.push_back(ins[i] ? fvalue(g, "x" + std::to_string(i)) : kNoValue);
     if (ins[i]) g.inputs.push_back(n.inputs.back());

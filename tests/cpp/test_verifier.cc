@@ -186,6 +186,22 @@ TEST(Verifier, AttributeOfTheWrongKindNamesNodeAndAttribute) {
   EXPECT_NO_THROW(verify(c.g));
 }
 
+// Cast's `to` is its output's element type: absent, or a code dtype.h does not know, is refused
+// before type inference would make a value of that "type".
+TEST(Verifier, CastNeedsAKnownTo) {
+  Chain c;
+  c.g.nodes[1].op_type = "Cast";
+  EXPECT_THAT(verify_error(c.g), HasSubstr("node Cast (node /b): attribute 'to' is required"));
+  c.g.nodes[1].attrs.set("to", int64_t{999});
+  EXPECT_THAT(verify_error(c.g), HasSubstr("attribute 'to' is 999, not an element type"));
+  c.g.nodes[1].attrs.set("to", int64_t{1} << 32 | 1);  // would be kFloat if truncated to int32
+  EXPECT_THAT(verify_error(c.g), HasSubstr("attribute 'to' is 4294967297"));
+  c.g.nodes[1].attrs.set("to", int64_t{0});
+  EXPECT_THAT(verify_error(c.g), HasSubstr("attribute 'to' is 0"));
+  c.g.nodes[1].attrs.set("to", static_cast<int64_t>(DType::kFloat));
+  EXPECT_NO_THROW(verify(c.g));
+}
+
 TEST(Verifier, OpaqueOpsKeepTheirArgumentKinds) {
   // An ATenOp's arguments are named after the ATen schema ('alpha' may be an int there).
   Chain c;

@@ -2,6 +2,7 @@
 // stable topological sort.
 #include "csrc/core/ir/verifier.h"
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <queue>
@@ -68,6 +69,14 @@ std::string attribute_kind_problem(const Node& n) {
     auto it = attribute_kinds().find(name);
     if (it != attribute_kinds().end() && it->second != attribute_kind_name(a))
       return "attribute '" + name + "' is of kind " + attribute_kind_name(a) + ", expected " + it->second;
+  }
+  // Cast's `to` becomes its output's element type: one dtype.h knows, or nothing downstream (type
+  // inference, the planner's byte counts, the kernel) can size it.
+  if (n.op_type == "Cast" && (n.domain.empty() || n.domain == "ai.onnx")) {
+    if (!n.attrs.has("to")) return "attribute 'to' is required";
+    const int64_t to = n.attrs.get_int("to", 0);  // of kind int: checked above
+    if (to < 0 || to > INT32_MAX || !is_valid_dtype(static_cast<int32_t>(to)))
+      return "attribute 'to' is " + std::to_string(to) + ", not an element type this engine knows";
   }
   return "";
 }
