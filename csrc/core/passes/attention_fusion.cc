@@ -18,7 +18,6 @@
 #include <cmath>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 #include "csrc/core/passes/pass.h"
@@ -60,25 +59,13 @@ class Matcher {
     for (ValueId o : g.outputs) graph_outputs_.insert(o);
   }
 
-  // The node producing v when it is a default-domain `op`, else nullptr.
+  // The node producing v when it is a default-domain `op`, else nullptr. The graph passed verify(),
+  // so a standard op has the inputs and output 0 this matcher reads by position (op_arity.h).
   const Node* made_by(ValueId v, const char* op) const {
     if (v == kNoValue || v >= static_cast<ValueId>(idx_.producer.size())) return nullptr;
     const NodeId p = idx_.producer[v];
     if (p < 0 || g_.nodes[p].op_type != op || !g_.nodes[p].domain.empty()) return nullptr;
-    return well_formed(g_.nodes[p]) ? &g_.nodes[p] : nullptr;
-  }
-  // The matcher reads an op's leading inputs and output 0 by position: a node missing them (a
-  // malformed graph; the verifier does not hold standard ops to their arity) matches nothing.
-  static bool well_formed(const Node& n) {
-    static const std::unordered_map<std::string, size_t> kInputs = {
-        {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2}, {"MatMul", 2}, {"Reshape", 2},
-        {"Expand", 2}, {"Equal", 2}, {"Gather", 2}, {"CastLike", 2}, {"Where", 3}};
-    const auto it = kInputs.find(n.op_type);
-    const size_t need = it == kInputs.end() ? 1 : it->second;
-    if (n.outputs.empty() || n.outputs[0] == kNoValue || n.inputs.size() < need) return false;
-    for (size_t i = 0; i < need; ++i)
-      if (n.inputs[i] == kNoValue) return false;
-    return true;
+    return &g_.nodes[p];
   }
   NodeId id_of(const Node* n) const { return static_cast<NodeId>(n - g_.nodes.data()); }
   // An intermediate the fused node swallows: read by `readers` nodes only and not a graph output.
@@ -91,7 +78,7 @@ class Matcher {
     if (v == kNoValue || depth > 16) return std::nullopt;
     if (auto it = g_.initializers.find(v); it != g_.initializers.end()) return one(it->second);
     const NodeId p = idx_.producer[v];
-    if (p < 0 || !g_.nodes[p].domain.empty() || !well_formed(g_.nodes[p])) return std::nullopt;
+    if (p < 0 || !g_.nodes[p].domain.empty()) return std::nullopt;
     const Node& n = g_.nodes[p];
     auto arg = [&](size_t i) { return i < n.inputs.size() ? scalar(n.inputs[i], depth + 1) : std::nullopt; };
     const std::string& op = n.op_type;
@@ -128,7 +115,7 @@ class Matcher {
     if (c == kNoValue || depth > 16 || g_.value(c).shape.rank() > 4) return std::nullopt;
     if (std::optional<double> k = scalar(c)) return Mono{*k, 0.0, {}};
     const NodeId p = idx_.producer[c];
-    if (p < 0 || !g_.nodes[p].domain.empty() || !well_formed(g_.nodes[p])) return std::nullopt;
+    if (p < 0 || !g_.nodes[p].domain.empty()) return std::nullopt;
     const Node& n = g_.nodes[p];
     const std::string& op = n.op_type;
     auto arg = [&](size_t i) { return i < n.inputs.size() ? factor(n.inputs[i], depth + 1) : std::nullopt; };
@@ -301,7 +288,7 @@ std::optional<Match> Matcher::match(NodeId at) const {
       continue;
     }
     const NodeId pn = idx_.producer[p];
-    if (pn < 0 || !g_.nodes[pn].domain.empty() || !well_formed(g_.nodes[pn])) return std::nullopt;
+    if (pn < 0 || !g_.nodes[pn].domain.empty()) return std::nullopt;
     const Node& n = g_.nodes[pn];
     const bool same_type = g_.value(n.outputs[0]).dtype == g_.value(n.inputs[0]).dtype;
     // Dropout is the identity when its ratio is 0 or it is not training (and its mask unread).

@@ -40,27 +40,24 @@ using Rule = std::function<std::optional<AliasRule>(const Graph&, const Node&, i
 bool has(const Node& n, int i) {
   return i >= 0 && i < static_cast<int>(n.inputs.size()) && n.inputs[i] != kNoValue;
 }
-// Values of a constant input, or nullopt when absent, not constant or not numeric.
-std::optional<std::vector<double>> constant_values(const Node& n, int i, const Layouts& l) {
+// Values of constant input `i` through a TensorData reader (as_doubles: any numeric dtype;
+// as_int64s: int32/int64 exactly, for axes, steps and starts, whose values past 2^53 a double
+// would round), or nullopt when the input is absent, not constant or of another dtype.
+template <typename T>
+std::optional<std::vector<T>> constant_as(const Node& n, int i, const Layouts& l,
+                                          std::vector<T> (TensorData::*read)() const) {
   if (!has(n, i) || !l[n.inputs[i]].data) return std::nullopt;
   try {
-    return l[n.inputs[i]].data->as_doubles();
+    return (l[n.inputs[i]].data->*read)();
   } catch (const std::exception&) {
     return std::nullopt;
   }
 }
-// Values of a constant int32/int64 input (axes, steps, starts), exactly: doubles would round
-// values past 2^53 and make a later conversion back to int64 undefined.
 std::optional<std::vector<int64_t>> constant_ints(const Node& n, int i, const Layouts& l) {
-  if (!has(n, i) || !l[n.inputs[i]].data) return std::nullopt;
-  try {
-    return l[n.inputs[i]].data->as_int64s();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  return constant_as(n, i, l, &TensorData::as_int64s);
 }
 bool constant_is(const Node& n, int i, const Layouts& l, double v) {
-  auto d = constant_values(n, i, l);
+  auto d = constant_as(n, i, l, &TensorData::as_doubles);
   return d && d->size() == 1 && (*d)[0] == v;
 }
 // Axes from input `i` (constant) or attribute "axes", made non-negative for `rank`.
