@@ -36,6 +36,11 @@ py::dict stats_dict(const EngineStats& s) {
   d["saved_names"] = s.saved_names;
   d["passes_changed"] = s.passes_changed;
   d["recompute_nodes"] = s.recompute_nodes;
+  d["host_nodes"] = s.host_nodes;
+  d["to_host_forward"] = s.to_host_forward;
+  d["to_host_backward"] = s.to_host_backward;
+  d["to_device_forward"] = s.to_device_forward;
+  d["to_device_backward"] = s.to_device_backward;
   return d;
 }
 
@@ -140,7 +145,21 @@ PYBIND11_MODULE(_C, m) {
   py::class_<RunContext, std::shared_ptr<RunContext>>(m, "RunContext",
       "What one training forward keeps for its backward (the saved set); consumed by backward.")
       .def_property_readonly("consumed", [](const RunContext& c) { return c.consumed.load(); })
-      .def_property_readonly("num_saved", [](const RunContext& c) { return c.saved.size(); });
+      .def_property_readonly("num_saved", [](const RunContext& c) { return c.saved.size(); })
+      .def_property_readonly("host_reads", [](const RunContext& c) { return c.host_reads; },
+                             "device→host reads the forward call made");
+
+  // `with _C.CudaGraphCapture():` around a CUDA graph capture of engine calls on this thread:
+  // device buffers steps keep across runs (ToDevice's uploads) that the capture reads are kept
+  // for the engine's lifetime (kernel.h, CaptureScope).
+  struct PyCaptureScope {
+    std::unique_ptr<CaptureScope> scope;
+  };
+  py::class_<PyCaptureScope>(m, "CudaGraphCapture",
+      "Context manager: engine calls inside it are being captured into a CUDA graph.")
+      .def(py::init<>())
+      .def("__enter__", [](PyCaptureScope& s) { s.scope = std::make_unique<CaptureScope>(); })
+      .def("__exit__", [](PyCaptureScope& s, py::args) { s.scope.reset(); return false; });
 
   py::class_<BackwardRun>(m, "BackwardRun",
       "A backward in progress (Engine.backward_begin), continued by Engine.backward_take.")
@@ -216,6 +235,22 @@ PYBIND11_MODULE(_C, m) {
       .def("training_graph_onnx",
            [](const Engine& e) { return py::bytes(e.training_graph_onnx()); })
       .def("stats", [](const Engine& e) { return stats_dict(e.stats()); })
+      .def_property_readonly("last_host_reads_forward", &Engine::last_host_reads_forward,
+                             "device→host reads of the last forward call (-1: none yet); counted on "
+                             "every device, on the CPU as if the values lived on a device")
+      .def_property_readonly("runs_opaque_code", &Engine::runs_opaque_code,
+                             "forward or backward runs PythonOp/ATenOp/ATenOpGrad (code we do not control)")
+      .def_property_readonly("last_host_reads_backward", &Engine::last_host_reads_backward,
+                             "device→host reads of the last finished backward (-1: none yet)")
+      .def("host_values",
+           [](const Engine& e) {
+             const Graph& g = e.memory_graph();
+             std::vector<std::string> names;
+             for (ValueId v = 0; v < g.num_values(); ++v)
+               if (e.placement().on_host(v)) names.push_back(g.value(v).name);
+             return names;
+           },
+           "names of the executed graph's values that live on the host (shapes, scalar controls)")
       .def("memory_report",
            [](const Engine& e, const std::vector<std::vector<int64_t>>& input_sizes) {
              return report_dict(e.memory_graph(), e.memory_report(input_sizes));

@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 
+#include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/type_inference.h"
@@ -65,9 +66,16 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
     // After the cleanups: CSE would merge the recompute clones back into their forward originals.
     recompute_ = apply_recompute(*tg_, options_.memory_opt_level, options_.recompute);
     stats_.recompute_nodes = recompute_.nodes_cloned;
+    // Last: placement adds transfer nodes, which no pass or the memory optimizer should see.
+    Placement placement = place_host_values(tg_->graph, &tg_->input_grads);
+    tg_->num_forward_nodes = static_cast<size_t>(
+        std::count_if(tg_->graph.nodes.begin(), tg_->graph.nodes.end(), [](const Node& n) { return !n.in_backward; }));
     plan_ = plan_training(*tg_);
+    plan_.placement = std::move(placement);
   } else {
+    Placement placement = place_host_values(forward_);
     plan_ = plan_inference(forward_);
+    plan_.placement = std::move(placement);
   }
   const Graph& eg = exec_graph();
   timeline_ = memory_timeline(eg, plan_, tg_ ? &*tg_ : nullptr);
@@ -77,8 +85,8 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   // Kernels are resolved for both halves before anything runs, so every unsupported op is
   // reported at build time.
   const std::vector<char> read = values_read(eg, tg_ ? tg_->input_grads : std::vector<ValueId>{});
-  forward_steps_ = compile_steps(eg, plan_.forward, read);
-  backward_steps_ = compile_steps(eg, plan_.backward, read);
+  forward_steps_ = compile_steps(eg, plan_.forward, read, plan_.placement);
+  backward_steps_ = compile_steps(eg, plan_.backward, read, plan_.placement);
 
   // Constants: initializers, plus Constant nodes evaluated once here instead of every run.
   auto& consts = constants_["cpu"];
@@ -107,8 +115,19 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   stats_.num_saved_activations = plan_.num_saved_activations;
   stats_.num_saved = static_cast<int64_t>(plan_.saved.size());
   stats_.num_constants = static_cast<int64_t>(consts.size());
+  stats_.host_nodes = plan_.placement.host_nodes;
+  for (const auto* steps : {&forward_steps_, &backward_steps_})
+    for (const CompiledStep& s : *steps) {
+      if (s.node->domain != kOurDomain) continue;
+      const bool fwd = steps == &forward_steps_;
+      if (s.node->op_type == kToHost) ++(fwd ? stats_.to_host_forward : stats_.to_host_backward);
+      if (s.node->op_type == kToDevice) ++(fwd ? stats_.to_device_forward : stats_.to_device_backward);
+    }
   for (ValueId v : plan_.saved) stats_.saved_names.push_back(eg.value(v).name);
   if (tg_) compute_input_grad_ready();
+  for (const auto* steps : {&forward_steps_, &backward_steps_})
+    for (const CompiledStep& s : *steps)
+      opaque_ |= is_autograd_op(*s.node) || (s.node->domain == kOurDomain && s.node->op_type == kAtenOpGrad);
 }
 
 const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Device device) const {
@@ -117,7 +136,8 @@ const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Dev
   auto it = constants_.find(key);
   if (it != constants_.end()) return it->second;
   std::vector<std::pair<ValueId, at::Tensor>> moved;
-  for (const auto& [v, t] : constants_.at("cpu")) moved.emplace_back(v, t.to(device));
+  for (const auto& [v, t] : constants_.at("cpu"))  // host constants stay where they are read
+    moved.emplace_back(v, plan_.placement.on_host(v) ? t : t.to(device));
   return constants_.emplace(key, std::move(moved)).first->second;  // std::map: refs stay valid
 }
 
@@ -168,7 +188,12 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
     live.emplace();
     for (const at::Tensor& t : slots) live->exclude(t);  // inputs and constants
   }
-  run_steps(forward_steps_, slots, device, live ? &*live : nullptr);
+  int64_t host_reads = 0;
+  {
+    HostReadScope reads(&host_reads);
+    run_steps(forward_steps_, slots, device, live ? &*live : nullptr);
+  }
+  last_host_reads_forward_ = host_reads;
 
   std::vector<at::Tensor> outputs;
   for (ValueId v : g.outputs) {
@@ -184,6 +209,7 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
   auto ctx = std::make_shared<RunContext>();
   ctx->engine_id = id_;
   ctx->device = device;
+  ctx->host_reads = host_reads;
   for (ValueId v : plan_.saved) {
     if (!slots[v].defined())
       throw std::logic_error("internal: saved value '" + g.value(v).name +

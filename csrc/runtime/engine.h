@@ -62,8 +62,9 @@ struct RunContext {
   std::vector<std::vector<int64_t>> output_sizes;        // to build zero gradients for None
   std::vector<at::TensorOptions> output_options;
   MeasuredMemory measured;                               // forward's part, when tracked
-  std::unordered_set<const void*> untracked;             // when tracked: the caller's buffers
+  LiveBytes::Excluded untracked;                         // when tracked: buffers not counted
   std::atomic<bool> consumed{false};
+  int64_t host_reads = 0;                                // device→host reads forward made
   LiveCount<RunContext> counted;
 };
 
@@ -79,6 +80,7 @@ struct BackwardRun {
   size_t next = 0;                     // the next backward step to run
   std::vector<char> taken;             // per graph input: its gradient was handed over
   bool finished = false;               // every step ran (and the measurement was recorded)
+  int64_t host_reads = 0;              // device→host reads its steps made so far
   LiveCount<BackwardRun> counted;
 };
 
@@ -92,6 +94,10 @@ struct EngineStats {
   std::vector<std::string> saved_names;
   std::vector<std::string> passes_changed;  // passes that changed a graph ("training:" after autodiff)
   int64_t recompute_nodes = 0;              // forward nodes cloned into backward (memory optimizer)
+  // Placement (planner/placement.h): nodes computing on the host, and the crossings, per phase.
+  int64_t host_nodes = 0;
+  int64_t to_host_forward = 0, to_host_backward = 0;      // ToHost nodes: reads every run makes
+  int64_t to_device_forward = 0, to_device_backward = 0;  // ToDevice nodes (cached uploads)
 };
 
 // The memory report of an engine for one call's input sizes: the static estimate and the
@@ -146,6 +152,9 @@ class Engine {
   // fail only on resources (out of memory, a device fault). Only for such engines does the
   // bridge copy an accumulated .grad it hands over early, to undo it (bridge.py, _Handover).
   bool backward_runs_opaque_code() const { return backward_opaque_; }
+  // The same for either half: such code may wait on the device or keep state between calls, so
+  // a CUDA graph never captures it (ortmodule/cuda_graph.py).
+  bool runs_opaque_code() const { return opaque_; }
 
   bool training() const { return options_.training; }
   std::vector<std::string> input_names() const;
@@ -155,6 +164,12 @@ class Engine {
   std::string forward_graph_onnx() const;   // the optimized forward graph
   std::string training_graph_onnx() const;  // forward+backward (training engines only)
   EngineStats stats() const { return stats_; }
+  // Device→host reads of the last forward call and of the last finished backward (-1: none yet),
+  // counted on every device (HostReadScope). A well-placed model reads nothing.
+  int64_t last_host_reads_forward() const { return last_host_reads_forward_; }
+  int64_t last_host_reads_backward() const { return last_host_reads_backward_; }
+  // Where each value of the executed graph lives.
+  const Placement& placement() const { return plan_.placement; }
 
   // The static memory estimate and the recompute table for inputs of these sizes (one entry per
   // graph input). Throws InputMismatchError when the count differs.
@@ -190,9 +205,12 @@ class Engine {
   std::vector<CompiledStep> forward_steps_, backward_steps_;
   std::vector<int64_t> input_grad_ready_;  // see input_grad_ready()
   bool backward_opaque_ = false;            // see backward_runs_opaque_code()
+  bool opaque_ = false;                     // see runs_opaque_code()
   std::vector<at::ScalarType> input_types_;  // per graph input
   EngineStats stats_;
 
+  mutable std::atomic<int64_t> last_host_reads_forward_{-1};
+  mutable std::atomic<int64_t> last_host_reads_backward_{-1};
   mutable std::atomic<bool> track_memory_{false};
   mutable std::mutex measured_mu_;
   mutable MeasuredMemory measured_;

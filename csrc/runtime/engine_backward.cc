@@ -85,7 +85,10 @@ std::unique_ptr<BackwardRun> Engine::backward_begin(
     live.exclude(ctx.untracked);  // constants, graph inputs and views of them
     for (ValueId v : tg_->grad_of_outputs)
       if (v != kNoValue) live.exclude(slots[v]);  // autograd's
-    for (const at::Tensor& t : slots) live.add(t);
+    for (ValueId v = 0; v < static_cast<ValueId>(slots.size()); ++v) {
+      if (plan_.placement.on_host(v) || plan_.placement.is_upload(v)) live.exclude(slots[v]);
+      else live.add(slots[v]);
+    }
     live.sample();
   }
   return run;
@@ -111,11 +114,13 @@ std::vector<std::optional<at::Tensor>> Engine::backward_take(
   }
   if (end > run.next) {
     at::NoGradGuard no_grad;  // kernels must not record an autograd graph of their own
+    HostReadScope reads(&run.host_reads);
     run_steps(backward_steps_, run.next, end, run.slots, run.device, run.live ? &*run.live : nullptr);
     run.next = end;
   }
   if (run.next == backward_steps_.size() && !run.finished) {
     run.finished = true;
+    last_host_reads_backward_ = run.host_reads;
     if (run.live) {
       MeasuredMemory m = run.measured;
       m.backward_peak = run.live->peak();

@@ -28,7 +28,7 @@ std::vector<char> values_read(const Graph& g, const std::vector<ValueId>& extra_
 }
 
 std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>& steps,
-                                        const std::vector<char>& read) {
+                                        const std::vector<char>& read, const Placement& placement) {
   const auto& registry = KernelRegistry::instance();
   // Autograd's "no gradient" (None) may reach the caller only where no node consumes the value.
   std::vector<char> node_read(g.num_values(), 0);
@@ -58,6 +58,11 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
     // under the caller's autocast state as they would in eager.
     cs.caller_autocast =
         n.domain == kOurDomain && (n.op_type == kPythonOp || n.op_type == kAtenOpGrad);
+    cs.on_host = placement.computes_on_host(s.node);
+    cs.host_in.assign(n.inputs.size(), 0);
+    for (int i : host_inputs(n)) cs.host_in[i] = 1;
+    for (ValueId v : cs.outputs) cs.untracked.push_back(placement.on_host(v) || placement.is_upload(v));
+    if (n.domain == kOurDomain && n.op_type == kToDevice) cs.upload = std::make_shared<UploadCache>();
     out.push_back(std::move(cs));
   }
   if (!missing.empty()) {
@@ -80,7 +85,7 @@ const void* buffer_of(const at::Tensor& t) {
 }  // namespace
 
 void LiveBytes::exclude(const at::Tensor& t) {
-  if (const void* b = buffer_of(t)) excluded_.insert(b);
+  if (const void* b = buffer_of(t)) excluded_.emplace(b, t.storage());
 }
 
 void LiveBytes::add(const at::Tensor& t) {
@@ -118,9 +123,10 @@ void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
                std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live) {
   for (size_t k = begin; k < end; ++k) {
     const CompiledStep& s = steps[k];
-    KernelCtx ctx(*s.node, s.opset, device, s.inputs.data(), static_cast<int>(s.inputs.size()),
-                  s.outputs.data(), static_cast<int>(s.outputs.size()), slots, &s.none_ok,
-                  s.inplace);
+    KernelCtx ctx(*s.node, s.opset, s.on_host ? c10::Device(c10::kCPU) : device, s.inputs.data(),
+                  static_cast<int>(s.inputs.size()), s.outputs.data(),
+                  static_cast<int>(s.outputs.size()), slots, &s.none_ok, s.inplace, &s.host_in,
+                  s.upload.get());
     std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
     if (!s.caller_autocast) no_autocast.emplace(c10::autocast_dispatch_keyset);
     try {
@@ -138,8 +144,13 @@ void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
         throw KernelError(s.node->describe() + ": kernel did not produce output " +
                           std::to_string(i));
     if (live) {
-      for (ValueId v : s.outputs)
-        if (v != kNoValue) live->add(slots[v]);
+      // Host values and uploads are not activation memory; excluding their buffers also leaves
+      // out device views of them (on the CPU an upload is the host value itself).
+      for (size_t i = 0; i < s.outputs.size(); ++i) {
+        if (s.outputs[i] == kNoValue) continue;
+        if (s.untracked[i]) live->exclude(slots[s.outputs[i]]);
+        else live->add(slots[s.outputs[i]]);
+      }
       live->sample();
       for (ValueId v : s.free_after) live->remove(slots[v]);
     }

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/Storage.h>
 
+#include "csrc/core/planner/placement.h"
 #include "csrc/core/planner/plan.h"
 #include "csrc/runtime/kernel.h"
 
@@ -27,6 +30,10 @@ struct CompiledStep {
   std::vector<bool> none_ok;        // per output: may stay unset (a None gradient no node reads)
   int inplace = -1;                 // Step::inplace: input whose buffer output 0 may take over
   bool caller_autocast = false;     // runs under the caller's autocast state (PythonOp, ATenOpGrad)
+  bool on_host = false;             // computes on the CPU whatever the run's device (placement.h)
+  std::vector<char> host_in;        // per input: a declared host input (read as numbers)
+  std::vector<char> untracked;      // per output: a host value or an upload: not activation memory
+  std::shared_ptr<UploadCache> upload;  // ToDevice steps: the device copies across runs
 };
 
 // Per value: does any node, graph output or extra root read it? (Unread outputs are skipped.)
@@ -35,16 +42,19 @@ std::vector<char> values_read(const Graph& g, const std::vector<ValueId>& extra_
 // Resolves the kernel of every step. Throws UnsupportedOpError naming each op without a kernel
 // and its node, so an unsupported model fails when the engine is built, not at the first run.
 std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>& steps,
-                                        const std::vector<char>& read);
+                                        const std::vector<char>& read, const Placement& placement);
 
 // Measures the activation bytes a run holds, with the planner's accounting (planner/memory.h):
 // unique buffers over the slots after each step's kernel, before its frees. Buffers marked
-// excluded (graph inputs, constants, incoming gradients — and views of them) are never counted.
+// excluded (graph inputs, constants, incoming gradients, host values — and views of them) are never
+// counted. An excluded buffer is held until the count ends, so its address is never reused by a
+// buffer that should count (host values are freed and reallocated within one run).
 class LiveBytes {
  public:
   void exclude(const at::Tensor& t);
-  void exclude(const std::unordered_set<const void*>& buffers) { excluded_.insert(buffers.begin(), buffers.end()); }
-  const std::unordered_set<const void*>& excluded() const { return excluded_; }
+  using Excluded = std::unordered_map<const void*, c10::Storage>;
+  void exclude(const Excluded& buffers) { excluded_.insert(buffers.begin(), buffers.end()); }
+  const Excluded& excluded() const { return excluded_; }
   void add(const at::Tensor& t);     // a slot now holds t
   void remove(const at::Tensor& t);  // a slot dropped t
   void sample() { peak_ = std::max(peak_, current_); }
@@ -55,7 +65,7 @@ class LiveBytes {
 
  private:
   std::unordered_map<const void*, std::pair<int64_t, int64_t>> held_;  // buffer -> (slots, bytes)
-  std::unordered_set<const void*> excluded_;
+  Excluded excluded_;
   int64_t current_ = 0, peak_ = 0;
 };
 

@@ -2,7 +2,10 @@
 // function void(KernelCtx&) that reads input tensors and attributes and sets output tensors.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,29 +19,84 @@ namespace torch_ort {
 class KernelCtx;
 using KernelFn = void (*)(KernelCtx&);
 
+// Device→host reads (planner/placement.h): every ToHost step, and any host read of a tensor that
+// is not on the CPU. Counted on every device — on the CPU as if the values lived on a device — into
+// the innermost open scope of this thread (the engine opens one per forward and backward call).
+class HostReadScope {
+ public:
+  explicit HostReadScope(int64_t* sink);
+  ~HostReadScope();
+  HostReadScope(const HostReadScope&) = delete;
+  HostReadScope& operator=(const HostReadScope&) = delete;
+  static void add(int64_t n = 1);  // into the open scope, if any
+
+ private:
+  int64_t* prev_;
+};
+
+// While open on this thread, the runtime is being captured into a CUDA graph: device buffers a
+// step keeps across runs (ToDevice's uploads) and that the capture reads are kept for the
+// engine's lifetime, since a replay reads them without running the step again.
+class CaptureScope {
+ public:
+  CaptureScope();
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
+// ToDevice's state across runs: the device copies of the host values it uploaded, reused while
+// the values are the same (they are shapes: the same for every step of one input size), so a
+// steady-state step uploads nothing. Unkept entries are bounded (least recently used first).
+struct UploadCache {
+  struct Entry {
+    c10::Device device = c10::Device(c10::kCPU);
+    at::Tensor host;       // the values (a CPU copy)
+    at::Tensor on_device;  // their device copy, shared read-only by every reader
+    bool kept = false;     // read by a CUDA graph capture (CaptureScope): never evicted
+  };
+  static constexpr size_t kMaxUnkept = 8;
+  std::mutex mu;
+  std::vector<Entry> entries;  // most recently used last
+};
+
 // What a kernel sees of one node for one run: its slots, attributes, and the node for errors.
 // Built on the stack by the executor per step; holds only pointers.
 class KernelCtx {
  public:
   KernelCtx(const Node& node, int64_t opset, c10::Device device, const ValueId* in, int n_in,
             const ValueId* out, int n_out, std::vector<at::Tensor>& slots,
-            const std::vector<bool>* none_ok = nullptr, int inplace = -1)
-      : node(node), attrs(node.attrs), opset(opset), device(device), in_(in), n_in_(n_in),
-        out_(out), n_out_(n_out), slots_(slots), none_ok_(none_ok), inplace_(inplace) {}
+            const std::vector<bool>* none_ok = nullptr, int inplace = -1,
+            const std::vector<char>* host_in = nullptr, UploadCache* upload = nullptr)
+      : node(node), attrs(node.attrs), opset(opset), device(device), upload(upload), in_(in),
+        n_in_(n_in), out_(out), n_out_(n_out), slots_(slots), none_ok_(none_ok), inplace_(inplace),
+        host_in_(host_in) {}
 
   const Node& node;         // for error messages
   const Attributes& attrs;  // = node.attrs
   int64_t opset;            // opset of the node's domain (ONNX semantics change across versions)
-  c10::Device device;       // where this run computes (the inputs' device); new tensors go here
+  c10::Device device;       // where this step computes (the CPU for host steps); new tensors go here
+  UploadCache* upload;      // ToDevice's cache (nullptr for other steps)
 
   int num_inputs() const { return n_in_; }
   bool has_input(int i) const { return i >= 0 && i < n_in_ && in_[i] != kNoValue; }
   // Throws KernelError naming the node when the input is absent or was never computed.
   const at::Tensor& input(int i) const;
-  // Integer values of an int32/int64 input (shape, axes): copied to host.
+  // Host reads: only of inputs the host-input table declares (planner/placement.cc; anything
+  // else is an internal error naming the op), which placement keeps on the host, so no read
+  // waits for the device. A read of a tensor not on the CPU copies it and counts (HostReadScope).
+  // Integer values of an int32/int64 input (shape, axes).
   std::vector<int64_t> input_ints(int i) const;
   // A scalar input as double (Dropout ratio); `dflt` when the optional input is absent.
   double input_scalar(int i, double dflt) const;
+  // A scalar input as bool (Dropout's training_mode); `dflt` when the optional input is absent.
+  bool input_flag(int i, bool dflt) const;
+  // A one-element input as an ATen scalar, in its own type (ATenOp arguments).
+  c10::Scalar input_item(int i) const;
 
   int num_outputs() const { return n_out_; }
   // False when the output is omitted or nobody reads it: kernels may skip computing it.
@@ -66,6 +124,10 @@ class KernelCtx {
   std::vector<at::Tensor>& slots_;
   const std::vector<bool>* none_ok_;
   int inplace_;
+  const std::vector<char>* host_in_;  // per input: declared a host input (nullptr: none is)
+
+  // Input i, checked to be a declared host input, on the CPU (copied and counted if not).
+  at::Tensor host_input(int i) const;
 };
 
 class KernelRegistry {

@@ -45,21 +45,56 @@ const at::Tensor& KernelCtx::input(int i) const {
   return t;
 }
 
-std::vector<int64_t> KernelCtx::input_ints(int i) const {
+namespace {
+thread_local int64_t* t_host_reads = nullptr;
+thread_local bool t_capturing = false;
+}  // namespace
+
+HostReadScope::HostReadScope(int64_t* sink) : prev_(t_host_reads) { t_host_reads = sink; }
+HostReadScope::~HostReadScope() { t_host_reads = prev_; }
+void HostReadScope::add(int64_t n) {
+  if (t_host_reads) *t_host_reads += n;
+}
+
+CaptureScope::CaptureScope() : prev_(t_capturing) { t_capturing = true; }
+CaptureScope::~CaptureScope() { t_capturing = prev_; }
+bool CaptureScope::active() { return t_capturing; }
+
+at::Tensor KernelCtx::host_input(int i) const {
+  if (!host_in_ || i < 0 || i >= static_cast<int>(host_in_->size()) || !(*host_in_)[i])
+    throw std::logic_error("internal: " + node.describe() + " reads input " + std::to_string(i) +
+                           " on the host, but the host-input table (csrc/core/planner/"
+                           "placement.cc) does not declare it, so placement may leave it on the "
+                           "device");
   const at::Tensor& t = input(i);
+  if (t.is_cpu()) return t;
+  HostReadScope::add();  // a device->host copy: the host waits for the device queue
+  return t.to(at::kCPU);
+}
+
+std::vector<int64_t> KernelCtx::input_ints(int i) const {
+  const at::Tensor t = host_input(i);
   if (t.scalar_type() != at::kLong && t.scalar_type() != at::kInt)
     fail("input " + std::to_string(i) + " must be int64 or int32, got " +
          std::string(c10::toString(t.scalar_type())));
-  at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
+  at::Tensor h = t.to(at::kLong).contiguous();
   const int64_t* p = h.const_data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + h.numel());
 }
 
+c10::Scalar KernelCtx::input_item(int i) const {
+  const at::Tensor t = host_input(i);
+  if (t.numel() != 1)
+    fail("input " + std::to_string(i) + " must hold one value, got shape " + c10::str(t.sizes()));
+  return t.item();  // a CPU tensor: no device wait
+}
+
 double KernelCtx::input_scalar(int i, double dflt) const {
-  if (!has_input(i)) return dflt;
-  const at::Tensor& t = input(i);
-  if (t.numel() != 1) fail("input " + std::to_string(i) + " must hold one value");
-  return t.item<double>();
+  return has_input(i) ? input_item(i).toDouble() : dflt;
+}
+
+bool KernelCtx::input_flag(int i, bool dflt) const {
+  return has_input(i) ? input_item(i).toBool() : dflt;
 }
 
 bool KernelCtx::may_overwrite_input(int i, c10::IntArrayRef sizes, at::ScalarType dtype) const {

@@ -111,6 +111,7 @@ class ORTModule(torch.nn.Module):
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
         self._last_call = None     # onnx_export.CallSchema of the last call (export_onnx)
+        self._last_engine = None   # the engine of the last engine call (stats)
         if type(module).__module__.startswith("transformers."):
             hf.unwrap_in_accelerate(ORTModule)  # Trainer saves through .module (save_pretrained)
         self._register_load_state_dict_pre_hook(_keys_without_wrapper)
@@ -158,7 +159,7 @@ class ORTModule(torch.nn.Module):
     # module copied as PyTorch copies it, the same settings, debug options, fallback state and
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
-    _NOT_COPIED = ("_memory", "_aten_fallback", "forward")
+    _NOT_COPIED = ("_memory", "_aten_fallback", "forward", "_last_engine")
     _EMPTIED = ("_runners", "_stale", "_changed")  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
@@ -383,6 +384,7 @@ class ORTModule(torch.nn.Module):
 
     def _forward_engine(self, args, kwargs):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
+        self._last_engine = engine
         report = self._memory.hook(engine, runner, tensors, training)
         if report:
             report("pre-forward")
@@ -396,6 +398,32 @@ class ORTModule(torch.nn.Module):
             report("post-forward")
         outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)
+
+    # --- what happened ---------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """What this module did, for a user to check: `exports` and `engine_builds` (counts over
+        its lifetime), `cache_hits` (exports ORTMODULE_CACHE_DIR saved), `host_reads_forward` and
+        `host_reads_backward` — the device→host reads the engine made in the last forward and the
+        last finished backward (each one makes a GPU step wait; counted on the CPU too, as if the
+        values lived on a device; -1 before the first), `host_transfers` — the engine's ToHost nodes
+        (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
+        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch."""
+        engine = self._last_engine
+        st = engine.stats() if engine is not None else {}
+        graphs = getattr(engine, "cuda_graph_stats", None)
+        graphs = graphs() if graphs is not None else {"captures": 0, "replays": 0}
+        return {
+            "exports": self.export_count,
+            "engine_builds": self.engine_build_count,
+            "cache_hits": self.cache_hit_count,
+            "host_reads_forward": engine.last_host_reads_forward if engine is not None else -1,
+            "host_reads_backward": engine.last_host_reads_backward if engine is not None else -1,
+            "host_transfers": {k: st.get(k, 0) for k in ("to_host_forward", "to_host_backward",
+                                                         "to_device_forward", "to_device_backward")},
+            "cuda_graph_captures": graphs["captures"],
+            "cuda_graph_replays": graphs["replays"],
+            "fallback": str(self._fallback.cause) if self._fallback.active else None,
+        }
 
     # --- export for inference ------------------------------------------------------------------
     def export_onnx(self, path, *args, **kwargs) -> str:

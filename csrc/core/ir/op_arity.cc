@@ -228,6 +228,9 @@ const std::vector<Entry>& our_table() {
       {"SumToShape", {{1, 2, 2, 1, 1}}},                   // (dY, shape)
       {"TanhGrad", {{1, 2, 2, 1, 1}}},
       {"TileGrad", {{1, 2, 2, 1, 1}}},                     // (dY, shape(X))
+      // Placement's crossings (csrc/core/planner/placement.h).
+      {"ToDevice", {{1, 1, 1, 1, 1}}},
+      {"ToHost", {{1, 1, 1, 1, 1}}},
   };
   return table;
 }

@@ -70,6 +70,9 @@ Buffers buffers_of(const Graph& g, const Plan& plan, const TrainingGraph* tg) {
   b.counted.assign(g.num_values(), 1);
   b.constant.assign(g.num_values(), 0);
   for (ValueId v : g.inputs) b.counted[v] = 0;
+  // Host values and the runtime's cached uploads are not device activations.
+  for (ValueId v = 0; v < g.num_values(); ++v)
+    if (plan.placement.on_host(v) || plan.placement.is_upload(v)) b.counted[v] = 0;
   for (ValueId v = 0; v < g.num_values(); ++v)
     if (layout[v].constant) {
       b.counted[v] = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/planner/placement.h"
 
 namespace torch_ort {
 
@@ -24,6 +25,7 @@ struct Plan {
   std::vector<ValueId> free_at_forward_end;  // forward values dead once forward returns
   int64_t num_forward_values = 0;   // values produced by forward nodes (the "save everything" count)
   int64_t num_saved_activations = 0;  // saved values produced by forward nodes (not graph inputs)
+  Placement placement;              // where each value lives (place_host_values; empty: the device)
 };
 
 // Training plan over a training graph. Graph outputs are kept until returned; initializers are

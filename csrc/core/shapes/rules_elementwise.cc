@@ -175,5 +175,8 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "ReluGrad", activation_grad_shape);     // (d
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SigmoidGrad", activation_grad_shape);  // (dY, Y)
 REGISTER_SHAPE_RULE_IN(kOurDomain, "TanhGrad", activation_grad_shape);     // (dY, Y)
 REGISTER_SHAPE_RULE_IN(kOurDomain, "DropoutGrad", same_as_input0);         // (dY, mask, ...)
+// Placement's crossings (csrc/core/planner/placement.h): the same values elsewhere.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ToHost", identity_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ToDevice", identity_shape);
 
 }  // namespace torch_ort

@@ -101,7 +101,8 @@ class StackBuilder {
       return tensors_[index];
     return c_.input(static_cast<int>(index));
   }
-  c10::Scalar item(int64_t index) const { return tensor(index).item(); }
+  // A number read on the host: a declared host input (planner/placement.cc), never a device wait.
+  c10::Scalar item(int64_t index) const { return c_.input_item(static_cast<int>(index)); }
 
   c10::IValue arg(const c10::Argument& a, size_t i, const std::string& kind) const {
     const std::string name = "arg" + std::to_string(i);

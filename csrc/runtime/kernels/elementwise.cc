@@ -141,7 +141,7 @@ void dropout_kernel(KernelCtx& c) {
   const at::Tensor& x = c.input(0);
   // ratio is an input since opset 12 (an attribute before); training_mode defaults to false.
   const double p = c.input_scalar(1, c.attrs.get_float("ratio", 0.5f));
-  const bool training = c.has_input(2) && c.input(2).item<bool>();
+  const bool training = c.input_flag(2, false);
   if (p < 0.0 || p > 1.0) c.fail("ratio must be in [0, 1], got " + std::to_string(p));
   if (!training || p == 0.0) {
     c.set_output(0, x);

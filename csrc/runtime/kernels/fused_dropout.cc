@@ -45,7 +45,7 @@ void bias_dropout_kernel(KernelCtx& c) {
              ")");
   }
   const double p = c.input_scalar(3, 0.5);
-  const bool training = c.has_input(4) && c.input(4).item<bool>();
+  const bool training = c.input_flag(4, false);
   if (p < 0.0 || p > 1.0) c.fail("ratio must be in [0, 1], got " + std::to_string(p));
   auto finish = [&](at::Tensor y, at::Tensor mask) {
     c.set_output(0, res.defined() ? at::add(y, res) : std::move(y));

@@ -49,7 +49,7 @@ void log_softmax_grad_kernel(KernelCtx& c) {
 void dropout_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const double p = c.input_scalar(2, 0.5);
-  const bool training = c.has_input(3) && c.input(3).item<bool>();
+  const bool training = c.input_flag(3, false);
   if (!training || p == 0.0) return c.set_output(0, dy);
   const at::Tensor& mask = c.input(1);
   if (fused_dropout_device(dy) && p < 1.0)

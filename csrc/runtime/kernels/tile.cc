@@ -58,21 +58,17 @@ void trilu_kernel(KernelCtx& c) {
 }
 
 // Range(start, limit, delta): ceil((limit - start) / delta) values, in the inputs' dtype. The
-// inputs are scalars, usually derived from shapes (CPU); the output stays where they live.
+// bounds are host values (usually sizes); the values are made where this step computes.
 void range_kernel(KernelCtx& c) {
-  const at::Tensor& start = c.input(0);
-  for (int i = 0; i < 3; ++i)
-    if (c.input(i).numel() != 1)
-      c.fail("input " + std::to_string(i) + " must be a scalar, got shape " + c10::str(c.input(i).sizes()));
-  const at::TensorOptions opts = start.options();
-  const double s = start.item<double>(), l = c.input(1).item<double>(), d = c.input(2).item<double>();
-  if (d == 0) c.fail("delta must be non-zero");
+  const c10::Scalar s = c.input_item(0), l = c.input_item(1), d = c.input_item(2);
+  const at::TensorOptions opts = at::TensorOptions().dtype(c.input(0).scalar_type()).device(c.device);
+  if (d.toDouble() == 0) c.fail("delta must be non-zero");
   // ONNX yields max(count, 0) values where torch.arange would reject a limit on the wrong side.
-  if ((d > 0 && l <= s) || (d < 0 && l >= s)) return c.set_output(0, at::empty({0}, opts));
-  if (at::isIntegralType(start.scalar_type(), /*includeBool=*/false))
-    return c.set_output(
-        0, at::arange(start.item<int64_t>(), c.input(1).item<int64_t>(), c.input(2).item<int64_t>(), opts));
-  c.set_output(0, at::arange(s, l, d, opts));
+  const double sd = s.toDouble(), ld = l.toDouble(), dd = d.toDouble();
+  if ((dd > 0 && ld <= sd) || (dd < 0 && ld >= sd)) return c.set_output(0, at::empty({0}, opts));
+  if (at::isIntegralType(c.input(0).scalar_type(), /*includeBool=*/false))
+    return c.set_output(0, at::arange(s.toLong(), l.toLong(), d.toLong(), opts));
+  c.set_output(0, at::arange(sd, ld, dd, opts));
 }
 
 }  // namespace

@@ -125,6 +125,9 @@ CASES = [
          sce_grad("sum"), attrs=dict(reduction="sum"), domain=OURS, id="SCEGrad-4d-sum"),
     Case("NegativeLogLikelihoodLossGrad", [torch.tensor(2.0), lp(6, 5), labels(6, classes=5), pos(5)],
          nll_grad("mean"), domain=OURS),
+    # Placement's crossings: the same values, on the host / on the run's device (both the CPU here).
+    Case("ToHost", [i64(2, 3, 4)], lambda s: s, domain=OURS),
+    Case("ToDevice", [f(3, 4)], lambda x: x, domain=OURS),
 ]
 
 

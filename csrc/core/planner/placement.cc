@@ -1,0 +1,300 @@
+// Host/device placement (placement.h): the host-input table, the choice of host nodes, and the
+// rewrite that makes every crossing an explicit ToHost/ToDevice node.
+#include "csrc/core/planner/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "csrc/core/autodiff/aten_op.h"
+
+namespace torch_ort {
+namespace {
+
+// Host inputs per op, one line each: positions whose values the kernel reads as numbers
+// (csrc/runtime/kernels, KernelCtx::input_ints / input_scalar / input_flag). Positions past a
+// node's inputs (an older opset's form) are ignored.
+const std::map<std::string, std::vector<int>, std::less<>>& onnx_host_inputs() {
+  static const std::map<std::string, std::vector<int>, std::less<>> table = {
+      {"ConstantOfShape", {0}},   // shape
+      {"Dropout", {1, 2}},        // ratio, training_mode
+      {"Expand", {1}},            // shape
+      {"Range", {0, 1, 2}},       // start, limit, delta
+      {"ReduceMax", {1}},         // axes (opset 18+; ReduceSum 13+)
+      {"ReduceMean", {1}},
+      {"ReduceMin", {1}},
+      {"ReduceProd", {1}},
+      {"ReduceSum", {1}},
+      {"Reshape", {1}},           // shape
+      {"Slice", {1, 2, 3, 4}},    // starts, ends, axes, steps
+      {"Split", {1}},             // split
+      {"Squeeze", {1}},           // axes
+      {"Tile", {1, 2}},           // repeats (and opset 1's axis)
+      {"Trilu", {1}},             // k
+      {"Unsqueeze", {1}},         // axes
+  };
+  return table;
+}
+
+const std::map<std::string, std::vector<int>, std::less<>>& our_host_inputs() {
+  static const std::map<std::string, std::vector<int>, std::less<>> table = {
+      {"AttentionGrad", {8}},               // Backend (the forward's choice)
+      {"AveragePoolGrad", {1}},             // shape(X)
+      {"BiasDropout", {3, 4}},              // ratio, training_mode
+      {"DropoutGrad", {2, 3}},              // ratio, training_mode
+      {"EmbeddingGrad", {2}},               // shape(W)
+      {"GatherElementsGrad", {1}},          // shape(X)
+      {"GatherGrad", {1}},
+      {"GatherNDGrad", {1}},
+      {"MaxPoolGrad", {2}},                 // shape(X)
+      {"ReduceMeanGrad", {1, 2}},           // shape(X), axes
+      {"ReduceSumGrad", {1, 2}},
+      {"SliceGrad", {1, 2, 3, 4, 5}},       // shape(X), starts, ends, axes, steps
+      {"SplitGrad", {0, 1}},                // shape(X), split
+      {"SumToShape", {1}},                  // shape
+      {"TileGrad", {1}},                    // shape(X)
+  };
+  return table;
+}
+
+// Ops whose kernel computes on the host when every input is there (shape arithmetic). Their
+// kernels are ATen calls that run on CPU tensors as on device ones.
+const std::set<std::string, std::less<>>& host_computable() {
+  static const std::set<std::string, std::less<>> ops = {
+      "Abs", "Add", "And", "Cast", "CastLike", "Concat", "ConstantOfShape", "Div", "Equal",
+      "Exp", "Expand", "Flatten", "Gather", "Greater", "GreaterOrEqual", "Identity", "Less",
+      "LessOrEqual", "Log", "Max", "Min", "Mul", "Neg", "Not", "Or", "Pow", "Range", "ReduceMax",
+      "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "Reshape", "Slice", "Split", "Sqrt",
+      "Squeeze", "Sub", "Sum", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"};
+  return ops;
+}
+
+bool is_default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
+
+// Shape and Size read only their input's sizes: it may live anywhere, and they compute on the host.
+bool reads_metadata_only(const Node& n) {
+  return is_default_domain(n) && (n.op_type == "Shape" || n.op_type == "Size");
+}
+
+bool is_constant_node(const Node& n) {
+  return is_default_domain(n) && n.op_type == "Constant" && n.inputs.empty();
+}
+
+// A value small enough for the host: a static size of at most kMaxHostElements elements.
+bool is_small(const Graph& g, ValueId v) {
+  const Shape& s = g.value(v).shape;
+  if (!s.rank_known || g.value(v).dtype == DType::kString) return false;
+  int64_t n = 1;
+  for (const Dim& d : s.dims) {
+    if (!d.is_known()) return false;
+    n *= d.value;
+    if (n > kMaxHostElements) return false;
+  }
+  return true;
+}
+
+enum class Need : uint8_t { kAny, kHost, kDevice };
+
+}  // namespace
+
+std::vector<int> host_inputs(const Node& n) {
+  std::vector<int> out;
+  if (is_default_domain(n)) {
+    if (auto it = onnx_host_inputs().find(n.op_type); it != onnx_host_inputs().end()) out = it->second;
+  } else if (n.domain == kOurDomain) {
+    if (n.op_type == "ConcatGrad") {  // (dY, shape(X_0), ..., shape(X_n-1))
+      for (int i = 1; i < static_cast<int>(n.inputs.size()); ++i) out.push_back(i);
+    } else if (n.op_type == kAtenOp || n.op_type == kAtenOpGrad) {
+      // Arguments the stack builder reads as numbers: kind "item" (arg<i> names the input) and
+      // the sizes of kind "ints" traced from shapes (arg<i>_inputs, -1 where a size is fixed).
+      const std::vector<std::string> kinds = n.attrs.get_strings("arg_kinds", {});
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        const std::string name = "arg" + std::to_string(i);
+        if (kinds[i] == "item") out.push_back(static_cast<int>(n.attrs.get_int(name, -1)));
+        if (kinds[i] == "ints")
+          for (int64_t k : n.attrs.get_ints(name + "_inputs", {})) out.push_back(static_cast<int>(k));
+      }
+    } else if (auto it = our_host_inputs().find(n.op_type); it != our_host_inputs().end()) {
+      out = it->second;
+    }
+  }
+  const int count = static_cast<int>(n.inputs.size());
+  out.erase(std::remove_if(out.begin(), out.end(), [&](int i) { return i < 0 || i >= count; }), out.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<int> host_outputs(const Node& n) {
+  if (n.domain == kOurDomain && n.op_type == "Attention" && n.outputs.size() > 2) return {2};
+  return {};
+}
+
+Placement place_host_values(Graph& g, std::vector<ValueId>* device_roots) {
+  const GraphIndex idx(g);
+  const size_t num_nodes = g.nodes.size();
+
+  // Constants: initializers and Constant-node outputs. Either side may read them without a
+  // transfer (a side that lacks one gets its own copy below).
+  std::vector<char> constant(g.num_values(), 0);
+  for (const auto& [v, _] : g.initializers) constant[v] = 1;
+  for (const Node& n : g.nodes)
+    if (is_constant_node(n))
+      for (ValueId v : n.outputs)
+        if (v != kNoValue) constant[v] = 1;
+
+  // 1. Host nodes, in topological order: Shape/Size always; a host-computable op when every input
+  //    is a host value or a small constant and every output is small.
+  std::vector<char> host(g.num_values(), 0), node_host(num_nodes, 0);
+  for (size_t k = 0; k < num_nodes; ++k) {
+    const Node& n = g.nodes[k];
+    bool on_host = reads_metadata_only(n);
+    if (!on_host && (is_default_domain(n) ? host_computable().count(n.op_type) != 0
+                                          : n.domain == kOurDomain && n.op_type == "FusedElementwise")) {
+      on_host = !n.inputs.empty();
+      for (ValueId v : n.inputs)
+        if (v != kNoValue && !host[v] && !(constant[v] && is_small(g, v))) on_host = false;
+      for (ValueId v : n.outputs)
+        if (v != kNoValue && !is_small(g, v)) on_host = false;
+    }
+    if (!on_host) {
+      for (int i : host_outputs(n))
+        if (n.outputs[i] != kNoValue) host[n.outputs[i]] = 1;
+      continue;
+    }
+    node_host[k] = 1;
+    for (ValueId v : n.outputs)
+      if (v != kNoValue) host[v] = 1;
+  }
+
+  // 2. What each reader needs of each value: a host node's inputs and every host input are read
+  //    on the host; Shape/Size read anything; the rest is read on the device, as are graph
+  //    outputs and device_roots (after the last node of their phase).
+  auto need_of = [&](NodeId reader, int pos) {
+    const Node& n = g.nodes[reader];
+    if (reads_metadata_only(n)) return Need::kAny;
+    if (node_host[reader]) return Need::kHost;
+    const std::vector<int> hi = host_inputs(n);
+    return std::binary_search(hi.begin(), hi.end(), pos) ? Need::kHost : Need::kDevice;
+  };
+
+  // 3. Constants: on the side their readers are; a constant read on both sides gets a host copy.
+  //    A Constant node's copy is a clone of the node, inserted right after it.
+  std::vector<std::vector<Node>> after(num_nodes);  // new nodes to insert after node k
+  std::vector<std::vector<Node>> before(num_nodes + 1);  // ... before node k (k == size: at the end)
+  auto rewire = [&](NodeId reader, ValueId from, ValueId to, Need need) {
+    Node& n = g.nodes[reader];
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (n.inputs[i] == from && need_of(reader, static_cast<int>(i)) == need) n.inputs[i] = to;
+  };
+  std::vector<char> is_output(g.num_values(), 0);
+  for (ValueId v : g.outputs) is_output[v] = 1;
+  if (device_roots)
+    for (ValueId v : *device_roots)
+      if (v != kNoValue) is_output[v] = 1;
+  const ValueId original_values = g.num_values();  // values added below need no placing
+  for (ValueId v = 0; v < original_values; ++v) {
+    if (!constant[v]) continue;
+    bool on_host = false, on_device = is_output[v] != 0;
+    for (NodeId r : idx.consumers[v])
+      for (size_t i = 0; i < g.nodes[r].inputs.size(); ++i) {
+        if (g.nodes[r].inputs[i] != v) continue;
+        const Need need = need_of(r, static_cast<int>(i));
+        on_host |= need == Need::kHost;
+        on_device |= need == Need::kDevice;
+      }
+    if (!on_host) continue;
+    if (!on_device) {
+      host[v] = 1;
+      continue;
+    }
+    const Value info = g.value(v);  // a copy: new_value may grow the value table
+    const ValueId copy = g.new_value(info.name + "/host", info.dtype, info.shape);
+    host.push_back(1);
+    if (auto it = g.initializers.find(v); it != g.initializers.end()) {
+      const TensorData data = it->second;
+      g.initializers.emplace(copy, data);
+    } else {
+      const NodeId p = idx.producer[v];
+      Node clone = g.nodes[p];
+      clone.name = g.unique_node_name(clone.name + "/host");
+      clone.outputs = {copy};
+      after[p].push_back(std::move(clone));
+    }
+    for (NodeId r : idx.consumers[v]) rewire(r, v, copy, Need::kHost);
+  }
+
+  // 4. Every other crossing: one transfer per (value, direction, phase), before its first reader
+  //    in that phase. Readers are visited in node order, so the first one met is the first.
+  Placement p;
+  std::map<std::tuple<ValueId, bool, bool>, ValueId> made;  // (value, to host, in backward) -> copy
+  std::vector<char> uploaded(g.num_values(), 0);
+  auto transfer = [&](ValueId v, bool to_host, bool in_backward, size_t at) {
+    const auto key = std::make_tuple(v, to_host, in_backward);
+    if (auto it = made.find(key); it != made.end()) return it->second;
+    const Value info = g.value(v);
+    const ValueId out = g.new_value(info.name + (to_host ? "/to_host" : "/to_device"), info.dtype, info.shape);
+    host.push_back(to_host);
+    uploaded.resize(g.num_values(), 0);
+    uploaded[out] = !to_host;
+    Node t;
+    t.domain = kOurDomain;
+    t.op_type = to_host ? kToHost : kToDevice;
+    t.name = g.unique_node_name(std::string(to_host ? "ToHost/" : "ToDevice/") + info.name);
+    t.inputs = {v};
+    t.outputs = {out};
+    t.in_backward = in_backward;
+    before[at].push_back(std::move(t));
+    ++(to_host ? p.to_host : p.to_device);
+    return made[key] = out;
+  };
+  for (size_t k = 0; k < num_nodes; ++k) {
+    Node& n = g.nodes[k];
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const ValueId v = n.inputs[i];
+      if (v == kNoValue || (v < original_values && constant[v])) continue;
+      const Need need = need_of(static_cast<NodeId>(k), static_cast<int>(i));
+      if (need == Need::kAny || (need == Need::kHost) == (host[v] != 0)) continue;
+      n.inputs[i] = transfer(v, need == Need::kHost, n.in_backward, k);
+    }
+  }
+  // Graph outputs end the forward phase, device_roots the last phase.
+  size_t forward_end = 0;
+  while (forward_end < num_nodes && !g.nodes[forward_end].in_backward) ++forward_end;
+  for (ValueId& v : g.outputs)
+    if (v != kNoValue && host[v]) v = transfer(v, false, false, forward_end);
+  if (device_roots) {
+    const bool backward = forward_end < num_nodes;
+    for (ValueId& v : *device_roots)
+      if (v != kNoValue && host[v]) v = transfer(v, false, backward, num_nodes);
+  }
+
+  // 5. The rewritten node list, and the placement of every node in it.
+  std::vector<Node> nodes;
+  nodes.reserve(num_nodes + p.to_host + p.to_device);
+  std::vector<char> on_host;
+  auto emit = [&](Node n, bool computes_on_host) {
+    nodes.push_back(std::move(n));
+    on_host.push_back(computes_on_host);
+    p.host_nodes += computes_on_host;
+  };
+  for (size_t k = 0; k <= num_nodes; ++k) {
+    for (Node& t : before[k]) emit(std::move(t), false);  // transfers run on the run's device
+    if (k == num_nodes) break;
+    emit(std::move(g.nodes[k]), node_host[k] != 0);
+    for (Node& c : after[k]) emit(std::move(c), true);  // a Constant's host copy
+  }
+  g.nodes = std::move(nodes);
+  p.host = std::move(host);
+  p.host.resize(g.num_values(), 0);
+  p.uploaded = std::move(uploaded);
+  p.uploaded.resize(g.num_values(), 0);
+  p.node_on_host = std::move(on_host);
+  return p;
+}
+
+}  // namespace torch_ort
