@@ -68,7 +68,8 @@ const bool kRefAttention = ref::register_op(kOurDomain, "Attention", [](const No
           y.data[(bh * r.L + i) * r.Dv + d] += r.p[(bh * r.L + i) * r.S + j] * in[2]->data[(bh * r.S + j) * r.Dv + d];
   ref::RefTensor lse = ref::RefTensor::zeros(DType::kFloat, {r.B, r.H, r.L});
   lse.data = r.lse;
-  return ref::Outs{y, lse};
+  ref::RefTensor backend = ref::RefTensor::zeros(DType::kInt64, {});  // the math backend, 0
+  return ref::Outs{y, lse, backend};
 });
 
 // dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y) + dLSE); dQ = scale·dS·K; dK = scale·dSᵀ·Q; dV = Pᵀ·dY.
@@ -299,8 +300,10 @@ TEST(AttentionFusion, CausalSdpaExportBecomesOneCausalAttention) {
   EXPECT_EQ(att[0]->outputs[0], b.y);                                 // readers of Y are untouched
   EXPECT_EQ(att[0]->attrs.get_int("causal", 0), 1);
   EXPECT_FLOAT_EQ(att[0]->attrs.get_float("scale", 0), 0.5f);         // 1/√4 from Shape(q)[-1]
-  ASSERT_EQ(att[0]->outputs.size(), 2u);
+  ASSERT_EQ(att[0]->outputs.size(), 3u);
   EXPECT_EQ(b.g.value(att[0]->outputs[1]).shape.to_string(), "[B,2,T]");  // LogSumExp (B, H, L)
+  EXPECT_EQ(b.g.value(att[0]->outputs[2]).shape.to_string(), "[]");       // Backend, a scalar
+  EXPECT_EQ(b.g.value(att[0]->outputs[2]).dtype, DType::kInt64);
   for (const char* gone : {"Softmax", "MatMul", "Trilu", "Where", "Transpose", "Reshape", "Mul", "Sqrt"})
     EXPECT_TRUE(ops(b.g, gone).empty()) << gone << " left behind";
   expect_same_numbers(before, b);

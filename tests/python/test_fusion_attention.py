@@ -108,4 +108,19 @@ def test_training_matches_eager(strict, name):
     assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == model_zoo.LAYERS
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_backward_runs_the_backend_forward_chose(strict, name):
+    """Attention's third output, SDPA's choice, is a host value each AttentionGrad reads: the
+    backward runs the kernel family whose LogSumExp the forward saved."""
+    ours = ORTModule(model_zoo.ZOO[name][0]())
+    one_step(ours, name)
+    graph = onnx.load_from_string(engine_of(ours).training_graph_onnx()).graph
+    att = [n for n in graph.node if n.op_type == "Attention"]
+    grads = [n for n in graph.node if n.op_type == "AttentionGrad"]
+    assert len(att) == len(grads) == model_zoo.LAYERS
+    assert {n.output[2] for n in att} == {n.input[8] for n in grads}
+    host = set(engine_of(ours).host_values())
+    assert all(n.output[2] in host for n in att)
+
+
 # Parity with the pass disabled: test_pass_parity.py (every pass, every zoo model).

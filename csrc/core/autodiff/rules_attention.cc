@@ -16,9 +16,11 @@ void attention_grad(GradCtx& g) {
   Attributes a;
   a.set("causal", g.attrs().get_int("causal", 0));
   if (g.attrs().has("scale")) a.set("scale", g.attrs().get_float("scale", 1.0f));  // absent: 1/√D
-  std::vector<ValueId> ins{g.grad_out(0), g.in(0), g.in(1), g.in(2), g.out(0), g.out(1),
-                           g.has_in(3) ? g.in(3) : kNoValue};
-  if (g.has_grad_out(1)) ins.push_back(g.grad_out(1));
+  // The forward's backend choice (output 2) makes the backward run the same kernel family.
+  const ValueId backend = g.node().outputs.size() > 2 ? g.node().outputs[2] : kNoValue;
+  std::vector<ValueId> ins{g.grad_out(0), g.in(0),  g.in(1),  g.in(2), g.out(0),
+                           g.out(1),      g.has_in(3) ? g.in(3) : kNoValue,
+                           g.has_grad_out(1) ? g.grad_out(1) : kNoValue, backend};
   while (ins.back() == kNoValue) ins.pop_back();
   std::vector<ValueId> like;
   for (int i = 0; i < 3; ++i) like.push_back(g.needs(i) ? g.in(i) : kNoValue);

@@ -178,9 +178,9 @@ const std::vector<Entry>& our_table() {
       {"PythonOp", {{1, 0, V, 0, V}}},
       {"ATenOpGrad", {{1, 0, V, 1, V}}},
       // Fused ops (csrc/core/passes) and their gradients (rules_attention.cc, rules_fused_*.cc).
-      {"Attention", {{1, 3, 4, 2, 2}}},     // (Q, K, V, [mask]) -> (Y, LogSumExp)
-      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp]) -> ([dQ], [dK], [dV])
-      {"AttentionGrad", {{1, 6, 8, 3, 3, slots({0}), slots({0, 1, 2})}}},
+      {"Attention", {{1, 3, 4, 2, 3}}},     // (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend])
+      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend]) -> ([dQ], [dK], [dV])
+      {"AttentionGrad", {{1, 6, 9, 3, 3, slots({0}), slots({0, 1, 2})}}},
       {"BiasDropout", {{1, 1, 5, 1, 2}}},   // (X, [Bias], [Residual], [ratio], [training]) -> (Y, [Mask])
       {"BiasGelu", {{1, 1, 2, 1, 1}}},      // (X, [b])
       {"BiasGeluGrad", {{1, 2, 3, 1, 1}}},  // (dY, X, [b])

@@ -411,12 +411,14 @@ class AttentionFusion final : public Pass {
       const DType lse_type = g.value(m.q).dtype == DType::kDouble ? DType::kDouble : DType::kFloat;
       const ValueId lse = g.new_value(g.value(y).name + "/logsumexp", lse_type,
                                       Shape::of({qs.dims[0], qs.dims[1], qs.dims[2]}));
+      // The backend the kernel chose (at::SDPBackend), a host scalar its backward reads.
+      const ValueId backend = g.new_value(g.value(y).name + "/backend", DType::kInt64, Shape::of({}));
       Attributes a;
       a.set("causal", int64_t{m.causal ? 1 : 0});
       if (!m.default_scale) a.set("scale", static_cast<float>(m.scale.coef));  // absent: 1/√D
       std::vector<ValueId> ins{m.q, m.k, m.v};
       if (m.mask != kNoValue) ins.push_back(m.mask);
-      at = Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), {y, lse},
+      at = Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), {y, lse, backend},
                 std::move(a)};
     }
     pattern::erase_nodes(g, drop);

@@ -6,8 +6,10 @@ namespace torch_ort {
 namespace {
 
 // Attention(Q (B, H, L, D), K (B, H, S, D), V (B, H, S, Dv), [mask]) -> (Y (B, H, L, Dv),
-// LogSumExp (B, H, L)). A known rank other than 4 is a contradiction: the kernel takes only 4-D.
+// LogSumExp (B, H, L), [Backend ()]). A known rank other than 4 is a contradiction: the kernel
+// takes only 4-D.
 void attention_shape(ShapeCtx& c) {
+  c.set(2, Shape::of({}));
   for (int i = 0; i < 3; ++i)
     if (c.rank(i) >= 0 && c.rank(i) != 4)
       c.fail("input " + std::to_string(i) + " (Q, K, V) must have rank 4 (B, H, T, D), got " +

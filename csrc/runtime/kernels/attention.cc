@@ -1,18 +1,30 @@
-// Fused attention (csrc/core/passes/attention_fusion.cc): Attention(Q, K, V, [mask]) -> (Y, LogSumExp)
-// and AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLSE]) -> (dQ, dK, dV) on ATen's fused SDPA
-// kernels: flash attention on CPU (what eager F.scaled_dot_product_attention runs there), memory-
-// efficient attention on CUDA. Inputs a fused kernel does not take (head sizes that differ,
-// broadcast batch dims, unsupported dtypes) go to the math composite below, which keeps the same
-// contract (LogSumExp per row, the probabilities recomputed in backward), so the result is right
-// on every path. Both kernels agree with the unfused graph's softmax(scale·Q·Kᵀ + mask)·V.
+// Fused attention (csrc/core/passes/attention_fusion.cc): Attention(Q, K, V, [mask]) ->
+// (Y, LogSumExp, [Backend]) and AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLSE], [Backend])
+// -> (dQ, dK, dV) on the backend eager F.scaled_dot_product_attention picks for the same tensors
+// (at::_fused_sdp_choice: cuDNN, flash or memory-efficient attention on CUDA, flash on the CPU,
+// else math). The forward records its choice (Backend, a host scalar: at::SDPBackend's value) and
+// the backward runs the same backend's kernel on what that kernel saved (Y and its LogSumExp, no
+// (L, S) matrix). Inputs no fused kernel takes (head sizes that differ, broadcast batch dims, a
+// gradient into LogSumExp) go to the math composite below, which keeps the same contract (the
+// probabilities recomputed from LogSumExp), so the result is right on every path. Every path
+// agrees with the unfused graph's softmax(scale·Q·Kᵀ + mask)·V.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <array>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward.h>
 #include <ATen/ops/_scaled_dot_product_efficient_attention.h>
 #include <ATen/ops/_scaled_dot_product_efficient_attention_backward.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_backward.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/constant_pad_nd.h>
@@ -21,6 +33,7 @@
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
 #include "csrc/runtime/kernels/common.h"
@@ -72,13 +85,44 @@ bool dense_heads(const AttnArgs& a) {
   return a.q.size(3) == a.v.size(3) && a.q.size(0) == a.k.size(0) && a.q.size(0) == a.v.size(0) &&
          a.q.size(1) == a.k.size(1) && a.q.size(1) == a.v.size(1);
 }
-bool use_cpu_flash(const AttnArgs& a) { return a.q.is_cpu() && dense_heads(a); }
-// Memory-efficient attention: fp32/fp16/bf16, aligned head sizes, no mask (a bias would need the
-// kernel's alignment padding); anything else takes the math path.
-bool use_cuda_efficient(const AttnArgs& a) {
-  const auto t = a.q.scalar_type();
-  return a.q.is_cuda() && dense_heads(a) && !a.mask &&
-         (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && a.q.size(3) % 8 == 0 && a.q.size(3) <= 128;
+
+using at::SDPBackend;
+
+// The backend eager SDPA runs for these tensors in a training step (Q, K, V requiring grad when
+// `training`: some backends take only inference shapes). Math where no fused kernel applies, and
+// for a CUDA flash head size that is no multiple of 8 (eager pads Q, K and V for it; the math
+// path gives the same result without the copies).
+SDPBackend choose_backend(const AttnArgs& a, bool training) {
+  if (!dense_heads(a)) return SDPBackend::math;
+  int64_t choice;
+  if (training) {
+    at::AutoGradMode grad(true);  // the choice reads GradMode and requires_grad, as in eager
+    choice = at::_fused_sdp_choice(a.q.detach().requires_grad_(true), a.k.detach().requires_grad_(true),
+                                   a.v.detach().requires_grad_(true), a.mask, 0.0, a.causal, a.scale, false);
+  } else {
+    choice = at::_fused_sdp_choice(a.q, a.k, a.v, a.mask, 0.0, a.causal, a.scale, false);
+  }
+  const auto b = static_cast<SDPBackend>(choice);
+  if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
+  if (b == SDPBackend::flash_attention || b == SDPBackend::efficient_attention || b == SDPBackend::cudnn_attention)
+    return b;
+  return SDPBackend::math;
+}
+
+// The memory-efficient kernel reads a bias whose rows are 16-element aligned: the mask's last dim
+// padded (a copy of the mask, before it is broadcast) and viewed back at S, then expanded.
+at::Tensor efficient_bias(const AttnArgs& a) {
+  at::Tensor m = *a.mask;
+  const int64_t s = m.size(3);
+  if (s % 16 != 0 || m.stride(3) != 1) m = at::constant_pad_nd(m, {0, (16 - s % 16) % 16}, 0.0).narrow(3, 0, s);
+  return m.expand({a.q.size(0), a.q.size(1), a.q.size(2), a.k.size(2)});
+}
+
+// The philox seed and offset a fused backward takes: only read with dropout, which the fused
+// Attention never has (the pass fuses attention without dropout).
+const at::Tensor& no_dropout_rng() {
+  static const at::Tensor t = at::empty({}, at::TensorOptions().dtype(at::kLong));
+  return t;
 }
 
 // --- the math composite: scores in float (double for double), rows that are fully masked give 0
@@ -104,24 +148,53 @@ at::Tensor math_probs(const at::Tensor& s, const at::Tensor& lse) {
 
 void attention_kernel(KernelCtx& c) {
   const AttnArgs a = read_args(c, 0, 3);
-  if (use_cpu_flash(a)) {
-    auto [y, lse] = at::_scaled_dot_product_flash_attention_for_cpu(a.q, a.k, a.v, 0.0, a.causal, a.mask, a.scale);
-    c.set_output(0, y);
-    c.set_output(1, lse);
-    return;
+  const bool training = c.output_wanted(1);  // the backward reads LogSumExp
+  const SDPBackend backend = choose_backend(a, training);
+  c.set_output(2, at::scalar_tensor(static_cast<int64_t>(backend), at::kLong));  // a host value
+  at::Tensor y, lse;
+  switch (backend) {
+    case SDPBackend::flash_attention:
+      if (a.q.is_cpu()) {
+        std::tie(y, lse) = at::_scaled_dot_product_flash_attention_for_cpu(a.q, a.k, a.v, 0.0, a.causal, a.mask, a.scale);
+      } else {
+        auto res = at::_scaled_dot_product_flash_attention(a.q, a.k, a.v, 0.0, a.causal, false, a.scale);
+        y = std::get<0>(res);
+        lse = std::get<1>(res);
+      }
+      break;
+    case SDPBackend::efficient_attention: {
+      auto res = at::_scaled_dot_product_efficient_attention(
+          a.q, a.k, a.v, a.mask ? std::optional<at::Tensor>(efficient_bias(a)) : std::nullopt, training, 0.0,
+          a.causal, a.scale);
+      y = std::get<0>(res);
+      // Rows of LogSumExp may be padded (to a multiple of 32): the graph's value is the (B, H, L)
+      // view, and the backward views the whole buffer again (full_lse).
+      lse = training ? std::get<1>(res).narrow(-1, 0, a.q.size(2)) : at::Tensor();
+      break;
+    }
+    case SDPBackend::cudnn_attention: {
+      auto res = at::_scaled_dot_product_cudnn_attention(a.q, a.k, a.v, a.mask, training, 0.0, a.causal, false,
+                                                         a.scale);
+      y = std::get<0>(res);
+      lse = std::get<1>(res);
+      if (lse.defined() && lse.dim() == 4) lse = lse.squeeze(-1);  // (B, H, L, 1): the same buffer
+      break;
+    }
+    default: {
+      const at::Tensor s = math_scores(a);
+      lse = at::logsumexp(s, {-1});
+      y = at::matmul(math_probs(s, lse), a.v.to(s.scalar_type())).to(a.q.scalar_type());
+    }
   }
-  if (use_cuda_efficient(a)) {
-    auto res = at::_scaled_dot_product_efficient_attention(a.q, a.k, a.v, std::nullopt, /*compute_log_sumexp=*/true,
-                                                           0.0, a.causal, a.scale);
-    c.set_output(0, std::get<0>(res));
-    // The kernel pads LogSumExp's rows to a multiple of 32; the graph's value is (B, H, L).
-    c.set_output(1, std::get<1>(res).narrow(-1, 0, a.q.size(2)));
-    return;
-  }
-  const at::Tensor s = math_scores(a);
-  const at::Tensor lse = at::logsumexp(s, {-1});
-  c.set_output(0, at::matmul(math_probs(s, lse), a.v.to(s.scalar_type())).to(a.q.scalar_type()));
+  c.set_output(0, y);
   c.set_output(1, lse);
+}
+
+// The whole LogSumExp buffer a fused forward made, from the (B, H, L) view the graph kept.
+at::Tensor full_lse(const at::Tensor& lse) {
+  const int64_t rows = lse.stride(1);
+  if (lse.dim() != 3 || lse.stride(2) != 1 || rows == lse.size(2) || lse.storage_offset() != 0) return lse;
+  return lse.as_strided({lse.size(0), lse.size(1), rows}, {lse.size(1) * rows, rows, 1});
 }
 
 void attention_grad_kernel(KernelCtx& c) {
@@ -130,29 +203,46 @@ void attention_grad_kernel(KernelCtx& c) {
   const at::Tensor& lse = c.input(5);
   const at::Tensor dy = c.has_input(0) ? c.input(0) : at::zeros_like(y);  // only dLSE flows
   const bool dlse = c.has_input(7);  // a gradient into LogSumExp: only the math path takes it
+  // The forward's backend (a graph without the input: choose again, as that forward did).
+  SDPBackend backend = c.has_input(8) ? static_cast<SDPBackend>(c.input_item(8).toLong()) : choose_backend(a, true);
+  if (dlse) backend = SDPBackend::math;
+  const std::array<bool, 4> wanted{c.output_wanted(0), c.output_wanted(1), c.output_wanted(2), false};
   at::Tensor dq, dk, dv;
-  if (use_cpu_flash(a) && !dlse) {
-    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        dy, a.q, a.k, a.v, y, lse, 0.0, a.causal, a.mask, a.scale);
-  } else if (use_cuda_efficient(a) && !dlse) {
-    const int64_t rows = (a.q.size(2) + 31) / 32 * 32;
-    const at::Tensor lse_padded = at::constant_pad_nd(lse, {0, rows - lse.size(-1)}, 0.0).contiguous();
-    const at::Tensor unused = at::empty({}, a.q.options().dtype(at::kLong).device(at::kCPU));  // no dropout
-    std::tie(dq, dk, dv, std::ignore) = at::_scaled_dot_product_efficient_attention_backward(
-        dy.contiguous(), a.q, a.k, a.v, at::Tensor(), y, lse_padded, unused, unused, 0.0,
-        {c.output_wanted(0), c.output_wanted(1), c.output_wanted(2), false}, a.causal, a.scale);
-  } else {  // dV = Pᵀ·dY, dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y) + dLSE), dQ = scale·dS·K, dK = scale·dSᵀ·Q
-    const at::Tensor s = math_scores(a);
-    const at::ScalarType acc = s.scalar_type();
-    const at::Tensor p = math_probs(s, lse.to(acc));
-    const at::Tensor g = dy.to(acc);
-    at::Tensor delta = g.mul(y.to(acc)).sum(-1, /*keepdim=*/true);
-    if (dlse) delta = delta.sub(c.input(7).to(acc).unsqueeze(-1));
-    const at::Tensor ds = p.mul(at::matmul(g, a.v.to(acc).transpose(-2, -1)).sub(delta));
-    dq = at::matmul(ds, a.k.to(acc)).mul_(scale_of(a));
-    dk = at::sum_to(at::matmul(ds.transpose(-2, -1), a.q.to(acc)).mul_(scale_of(a)), a.k.sizes());
-    dv = at::sum_to(at::matmul(p.transpose(-2, -1), g), a.v.sizes());
-    dq = at::sum_to(dq, a.q.sizes());
+  switch (backend) {
+    case SDPBackend::flash_attention:
+      if (a.q.is_cpu()) {
+        std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            dy, a.q, a.k, a.v, y, lse, 0.0, a.causal, a.mask, a.scale);
+      } else {
+        std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+            dy, a.q, a.k, a.v, y, lse, at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), 0.0, a.causal,
+            no_dropout_rng(), no_dropout_rng(), a.scale);
+      }
+      break;
+    case SDPBackend::efficient_attention:
+      std::tie(dq, dk, dv, std::ignore) = at::_scaled_dot_product_efficient_attention_backward(
+          dy.contiguous(), a.q, a.k, a.v, a.mask ? efficient_bias(a) : at::Tensor(), y, full_lse(lse),
+          no_dropout_rng(), no_dropout_rng(), 0.0, wanted, a.causal, a.scale);
+      break;
+    case SDPBackend::cudnn_attention:
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
+          dy, a.q, a.k, a.v, y, lse.dim() == 3 ? lse.unsqueeze(-1) : lse, no_dropout_rng(), no_dropout_rng(),
+          a.mask ? *a.mask : at::Tensor(), at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), 0.0, a.causal,
+          a.scale);
+      break;
+    default: {  // dV = Pᵀ·dY, dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y) + dLSE), dQ = scale·dS·K, dK = scale·dSᵀ·Q
+      const at::Tensor s = math_scores(a);
+      const at::ScalarType acc = s.scalar_type();
+      const at::Tensor p = math_probs(s, lse.to(acc));
+      const at::Tensor g = dy.to(acc);
+      at::Tensor delta = g.mul(y.to(acc)).sum(-1, /*keepdim=*/true);
+      if (dlse) delta = delta.sub(c.input(7).to(acc).unsqueeze(-1));
+      const at::Tensor ds = p.mul(at::matmul(g, a.v.to(acc).transpose(-2, -1)).sub(delta));
+      dq = at::matmul(ds, a.k.to(acc)).mul_(scale_of(a));
+      dk = at::sum_to(at::matmul(ds.transpose(-2, -1), a.q.to(acc)).mul_(scale_of(a)), a.k.sizes());
+      dv = at::sum_to(at::matmul(p.transpose(-2, -1), g), a.v.sizes());
+      dq = at::sum_to(dq, a.q.sizes());
+    }
   }
   // The efficient kernel leaves the gradients it was not asked for undefined.
   const at::Tensor* grads[] = {&dq, &dk, &dv};

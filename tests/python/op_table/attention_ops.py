@@ -37,6 +37,23 @@ def attention(causal=False, scale=SCALE, math=False):
     return ref
 
 
+def sdpa_choice(q, k, v, mask=None, causal=False, scale=SCALE):
+    """The backend eager SDPA picks for a training step on these tensors (torch.nn.attention's
+    SDPBackend value: 0 math, 1 flash, 2 efficient, 3 cuDNN)."""
+    with torch.enable_grad():
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        return torch.tensor(torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=scale))
+
+
+def attention_with_backend(causal=False, mask_shape=None):
+    """(Y, LogSumExp, Backend): the recorded choice is SDPA's own."""
+    def ref(q, k, v, mask=None):
+        y, lse = attention(causal)(q, k, v, mask)
+        m = None if mask is None else mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        return y, lse, sdpa_choice(q, k, v, m, causal)
+    return ref
+
+
 def attention_grad(causal=False, scale=SCALE):
     """(dQ, dK, dV) of SDPA by autograd; Y and LogSumExp inputs come from the forward."""
     def ref(dy, q, k, v, y, lse, mask=None):
@@ -77,4 +94,14 @@ CASES = [
          id="AttentionGrad-mask-4d-cross"),
     Case("AttentionGrad", grad_inputs(_q, _k, f(2, 3, 7, 4), _mask2), attention_grad(), attrs(), domain=OURS, n_out=3,
          id="AttentionGrad-math-value-head-size"),
+    # The forward records SDPA's choice; the backward runs what it names (here: flash, then math).
+    Case("Attention", [_q5, _k5, _v5], attention_with_backend(causal=True), attrs(True), domain=OURS, n_out=3,
+         id="Attention-records-the-backend"),
+    Case("Attention", [_q, _k, _v, _mask4], attention_with_backend(), attrs(), domain=OURS, n_out=3,
+         id="Attention-records-the-backend-mask"),
+    Case("AttentionGrad", grad_inputs(_q5, _k5, _v5, causal=True) + [None, None, torch.tensor(1)],
+         lambda *a: attention_grad(causal=True)(*a[:6]), attrs(True), domain=OURS, n_out=3,
+         id="AttentionGrad-flash-recorded"),
+    Case("AttentionGrad", grad_inputs(_q, _k, _v, _mask4) + [None, torch.tensor(0)],
+         lambda *a: attention_grad()(*a[:7]), attrs(), domain=OURS, n_out=3, id="AttentionGrad-math-recorded"),
 ]
