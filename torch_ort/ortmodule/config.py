@@ -222,6 +222,11 @@ VARIABLES: tuple[Variable, ...] = (
              "hand parameter gradients to PyTorch (param.grad, DDP's all-reduce hooks) during "
              "backward, a group of at least this many MiB as soon as it is final; 0: all at the "
              "end of backward (ours, not ORT's)"),
+    Variable("ORTMODULE_USE_CUDA_GRAPH", "use_cuda_graph", "bool", False, _bool,
+             "on CUDA, capture a steady-state step's forward and backward once per input shape "
+             "and replay them as CUDA graphs (host time per step: a few launches); needs a graph "
+             "without device->host reads or PythonOp/ATenOp nodes, else runs uncaptured with a "
+             "warning; outputs are copies, inputs are copied in (ours, not ORT's)"),
     Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, _count,
              "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
              "beyond it the least recently used is dropped and re-exported if seen again; "

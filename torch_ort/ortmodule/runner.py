@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from torch_ort.ortmodule import bridge, disk_cache, python_op_export
+from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
     MAX_EXPORTS,
@@ -218,6 +218,8 @@ class GraphRunner:
             LOGGER.info("inference graph: %d nodes", stats["num_forward_nodes"])
         if self._debug.save_onnx:
             self._save(engine, training)
+        if st.use_cuda_graph:  # replays steady-state calls on CUDA (its own module doc)
+            engine = cuda_graph.GraphedEngine(engine, len(self.export.input_names))
         return engine
 
     def _save(self, engine, training: bool) -> None:
