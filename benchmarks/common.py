@@ -1,6 +1,7 @@
 """What the benchmarks share: the issue-5 command line, the machine line of their results, a report
 that prints markdown and saves it with the JSON in benchmarks/results/, and the suites' (issues 6, 7)
-child processes: each variant runs alone, watched for memory and time."""
+child processes: each variant runs alone, watched for memory and time; and the suites' report
+figures (a measured row, a ratio between two, their formats)."""
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,12 @@ def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: floa
     """Runs `python script argv` with cold caches and env_extra set; returns the dict its last
     `RESULT {json}` line printed, or {"error": ...}. Killed when its process tree's RSS passes
     max_rss_gb, when its own RSS passes own_rss_cap_gb ("killed: RSS ... over the ... cap"), or
-    after timeout_s."""
-    import psutil
+    after timeout_s. Without psutil (a bare interpreter on a machine with no package registry)
+    only the time limit is enforced and the tree's peak RSS reads 0."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
                    TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
@@ -82,12 +87,13 @@ def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: floa
                                     stderr=err, cwd=_ROOT, env=env, start_new_session=True)
             killed, tree_peak = None, 0
             try:
-                watched = psutil.Process(proc.pid)
+                watched = psutil.Process(proc.pid) if psutil else None
                 while proc.poll() is None:
                     rss = own = 0
                     try:
-                        own = watched.memory_info().rss
-                        rss = own + sum(p.memory_info().rss for p in watched.children(recursive=True))
+                        if watched:
+                            own = watched.memory_info().rss
+                            rss = own + sum(p.memory_info().rss for p in watched.children(recursive=True))
                     except psutil.Error:
                         pass  # a process ended between listing and reading
                     tree_peak = max(tree_peak, rss)
@@ -151,3 +157,24 @@ def write_results(result: dict, out_dir: str, stem: str, markdown, chart) -> lis
         f.write("\n".join(lines) + "\n")
     chart(result, os.path.join(out_dir, f"{stem}.png"))
     return lines
+
+
+# --- the suites' report figures (suite.py, gpu_suite.py): result["cases"][case]["variants"][variant]
+def measured_row(result: dict, case: str, variant: str) -> dict | None:
+    """A measured row, or None when the variant was not run or failed."""
+    r = result["cases"].get(case, {}).get("variants", {}).get(variant)
+    return r if r and "error" not in r else None
+
+
+def ratio(result: dict, case: str, num: str, den: str, key: str = "median_step_s") -> float | None:
+    """num's figure ÷ den's (so eager's time ÷ ours is our speed-up); None unless both were measured."""
+    a, b = measured_row(result, case, num), measured_row(result, case, den)
+    return a[key] / b[key] if a and b and b[key] else None
+
+
+def times_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+def percent_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}" if v < 0.1 else f"{v:.0%}"

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from common import cpu_model, machine, run_watched, write_results  # noqa: E402
+from common import measured_row as _row, percent_text as _pct, ratio as _ratio, times_text as _x  # noqa: E402
 
 # The issue-6 cases; the GPT ones are nanoGPT (vocab 65: its Shakespeare characters) or GPT-2 small.
 CASES = {
@@ -174,29 +175,9 @@ def run_child(argv: list[str], max_rss_gb: float, timeout_s: float) -> dict:
 
 
 # --- report: ratios, the goals table, markdown and the chart ---------------------------------------
-def _row(result: dict, case: str, variant: str) -> dict | None:
-    """A measured row, or None when the variant was not run or failed."""
-    r = result["cases"].get(case, {}).get("variants", {}).get(variant)
-    return r if r and "error" not in r else None
-
-
-def _ratio(result: dict, case: str, num: str, den: str, key: str = "median_step_s") -> float | None:
-    """num's time ÷ den's time (so eager ÷ ours is our speed-up)."""
-    a, b = _row(result, case, num), _row(result, case, den)
-    return a[key] / b[key] if a and b else None
-
-
 def _mfu(result: dict, r: dict) -> float | None:
     peak = result.get("gemm", {}).get("peak", {}).get("float32")
     return r["flops_per_step"] / r["median_step_s"] / peak if peak else None
-
-
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}×"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}" if v < 0.1 else f"{v:.0%}"
 
 
 def _seconds(s: float) -> str:
