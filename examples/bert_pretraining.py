@@ -10,6 +10,9 @@ No download: the text is Python's reference documentation as the interpreter shi
     .venv/bin/python examples/bert_pretraining.py --steps 100
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 examples/bert_pretraining.py
     .venv/bin/python examples/bert_pretraining.py --steps 200 --resume      # from the last checkpoint
+
+--device cuda|cpu (default: cuda where a GPU is visible); with several processes the backend
+follows it (nccl, gloo).
 """
 from __future__ import annotations
 
@@ -135,10 +138,11 @@ def main() -> None:
                    "preempted job would; the schedule still spans --steps")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda where a GPU is visible")
     args = p.parse_args()
 
     distributed = "RANK" in os.environ
-    cuda = torch.cuda.is_available()
+    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
     if distributed:
         dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)

@@ -12,6 +12,7 @@ waits on another holding the long ones. Gradients reach DDP while the engine's b
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 examples/ddp_training.py
     # one process (no torchrun needed); --eager: the same without ORTModule
     .venv/bin/python examples/ddp_training.py --steps 50
+    # --device cuda|cpu (default: cuda where a GPU is visible); the backend follows it: nccl, gloo
     # several machines: see the README ("Distributed training")
 """
 from __future__ import annotations
@@ -95,10 +96,11 @@ def main() -> None:
     p.add_argument("--checkpoint", default="", help="rank 0 saves model + optimizer here at the end")
     p.add_argument("--resume", default="", help="every rank loads this checkpoint first")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda where a GPU is visible")
     args = p.parse_args()
 
     distributed = "RANK" in os.environ  # set by torchrun
-    cuda = torch.cuda.is_available()
+    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
     if distributed:
         dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
@@ -147,9 +149,10 @@ def main() -> None:
             loss.backward()  # DDP all-reduces gradients as they arrive
             opt.step()
             elapsed = time.perf_counter() - t0
-            tokens = torch.tensor([float(mask.sum()), loss.item()])
+            # On the model's device: NCCL moves CUDA tensors only (gloo here runs on the CPU).
+            tokens = torch.tensor([float(mask.sum()), loss.item()], device=device)
             if distributed:  # this step's real tokens on every rank, and the mean loss
-                every = [torch.zeros(2) for _ in range(world)]
+                every = [torch.zeros(2, device=device) for _ in range(world)]
                 dist.all_gather(every, tokens)
                 counts = [float(t[0]) for t in every]
                 skew.append(max(counts) / max(min(counts), 1.0))
@@ -174,7 +177,7 @@ def main() -> None:
             torch.save({"model": inner.state_dict(), "optimizer": opt.state_dict()}, args.checkpoint)
             print(f"saved {args.checkpoint}")
     if distributed:
-        dist.barrier()
+        dist.barrier(device_ids=[local_rank] if cuda else None)
         # DDP's reducer holds the process group: free the model first, so that the group's gloo
         # threads end here and not during interpreter shutdown, where torch can abort the rank.
         del model, opt, inner

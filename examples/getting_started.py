@@ -7,6 +7,7 @@ The two torch_ort lines are marked.
 
     scripts/run_example.sh                 # installs what it needs, then runs this file
     .venv/bin/python examples/getting_started.py --steps 300 --batch 64
+    .venv/bin/python examples/getting_started.py --device cuda   # on a GPU (default: the CPU)
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class MLP(torch.nn.Module):
 def batches(x, y, batch, steps, seed):
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        idx = torch.randint(0, len(x), (batch,), generator=g)
+        idx = torch.randint(0, len(x), (batch,), generator=g).to(x.device)
         yield x[idx], y[idx]
 
 
@@ -68,14 +69,15 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda to train both models on the GPU")
     args = p.parse_args()
 
     digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.int64)
+    x = torch.tensor(digits.data, dtype=torch.float32, device=args.device) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64, device=args.device)
 
     torch.manual_seed(args.seed)
-    eager = MLP()
+    eager = MLP().to(args.device)
     ours = torch_ort.ORTModule(copy.deepcopy(eager))  # torch_ort line 1: forward + backward in the engine
 
     results = {}

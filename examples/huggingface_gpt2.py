@@ -14,6 +14,7 @@ side by side and draws both loss curves (PNG).
     scripts/run_example.sh                                       # installs what it needs, then this
     .venv/bin/python examples/huggingface_gpt2.py --steps 400 --finetune-steps 200 --width 128
     .venv/bin/python examples/huggingface_gpt2.py --mode ortmodule   # one process, no comparison
+    .venv/bin/python examples/huggingface_gpt2.py --device cuda      # on a GPU (default: the CPU)
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def build_model(args) -> torch.nn.Module:
 def perplexity(model, data: torch.Tensor, args) -> float:
     model.eval()
     gen = torch.Generator().manual_seed(args.seed + 1)
-    losses = [model(input_ids=x, labels=x).loss.item()
+    losses = [model(input_ids=x.to(args.device), labels=x.to(args.device)).loss.item()
               for x, _ in zip(batches(data, args.batch, args.seq, gen), range(args.eval_batches))]
     model.train()
     return math.exp(sum(losses) / len(losses))
@@ -100,6 +101,7 @@ def train(model, opt, data, steps, lr, args, label) -> dict:
     bar = tqdm(zip(range(steps), batches(data, args.batch, args.seq, gen)), total=steps, desc=label,
                unit="step", dynamic_ncols=True, disable=args.quiet)
     for step, x in bar:
+        x = x.to(args.device)
         for group in opt.param_groups:
             group["lr"] = lr * min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * step / steps)))
         loss = model(input_ids=x, labels=x).loss  # GPT-2 shifts the labels itself
@@ -123,7 +125,7 @@ def run_mode(args) -> dict:
     docs_train, docs_val = split(python_docs(args.data_mb))
     wrap = torch_ort.ORTModule if ours else (lambda m: m)
     torch.manual_seed(args.seed)
-    model = wrap(build_model(args))
+    model = wrap(build_model(args).to(args.device))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     out = {"mode": args.mode, "parameters": sum(p.numel() for p in model.parameters())}
     out["pretrain"] = train(model, opt, code_train, args.steps, args.lr, args, f"{args.mode}: pre-train on code")
@@ -137,13 +139,15 @@ def run_mode(args) -> dict:
     out["exports_pretrain"], out["exports_after_eval"] = exports, getattr(model, "export_count", 0)
 
     # A new job: the model from the checkpoint, then fine-tuning with a fresh optimizer.
-    model = wrap(transformers.GPT2LMHeadModel.from_pretrained(ckpt))
+    model = wrap(transformers.GPT2LMHeadModel.from_pretrained(ckpt).to(args.device))
     out["perplexity_loaded"] = perplexity(model, docs_val, args)
     opt = torch.optim.AdamW(model.parameters(), lr=args.finetune_lr, betas=(0.9, 0.95), weight_decay=0.1)
     out["finetune"] = train(model, opt, docs_train, args.finetune_steps, args.finetune_lr, args,
                             f"{args.mode}: fine-tune on docs")
     out["perplexity_after"] = perplexity(model, docs_val, args)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if args.device.startswith("cuda"):
+        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     out["fell_back"] = ours and model.engine_build_count == 0
     return out
 
@@ -159,6 +163,8 @@ def report(results: dict, args) -> None:
             ("fine-tuning tokens/s", lambda r: f"{r['finetune']['tokens_per_s']:,.0f}"),
             ("docs perplexity: fine-tuned", lambda r: f"{r['perplexity_after']:.2f}"),
             ("peak RSS of the process", lambda r: f"{r['peak_rss_mib']:,.0f} MiB")]
+    if all("peak_gpu_mib" in r for r in results.values()):
+        rows.append(("peak GPU memory (allocated)", lambda r: f"{r['peak_gpu_mib']:,.0f} MiB"))
     modes = list(results)
     print("\n| | " + " | ".join(modes) + " |\n|---|" + "---|" * len(modes))
     for name, cell in rows:
@@ -176,8 +182,12 @@ def report(results: dict, args) -> None:
               + ("; it FELL BACK to eager PyTorch (the warning above says why)" if o["fell_back"] else ""))
 
 
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
+def plot(results: dict, path: Path) -> bool:
+    """Both loss curves in one PNG; False (nothing drawn) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -194,6 +204,7 @@ def plot(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def main() -> None:
@@ -215,6 +226,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="runs/huggingface_gpt2", help="checkpoints and the loss plot")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda to train on the GPU")
     p.add_argument("--result", help=argparse.SUPPRESS)  # a child writes its JSON here
     args = p.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
@@ -237,8 +249,9 @@ def main() -> None:
             results[mode] = json.loads(Path(f.name).read_text())
     report(results, args)
     png = Path(args.out_dir) / "loss.png"
-    plot(results, png)
-    print(f"loss curves: {png}; checkpoints: {args.out_dir}/checkpoint-*")
+    drawn = plot(results, png)
+    print(f"loss curves: {png if drawn else 'not drawn (matplotlib is not installed)'}; "
+          f"checkpoints: {args.out_dir}/checkpoint-*")
 
 
 if __name__ == "__main__":

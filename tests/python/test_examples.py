@@ -58,7 +58,7 @@ def test_ddp_training_smoke(tmp_path):
     env = {**__import__("os").environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           str(ROOT / "examples" / "ddp_training.py"), "--steps", "20", "--data-mb", "0.3",
-                          "--checkpoint", str(ckpt)],
+                          "--checkpoint", str(ckpt), "--device", "cpu"],  # gloo, also where a GPU is
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-4000:]
     out = two.stdout
@@ -69,7 +69,7 @@ def test_ddp_training_smoke(tmp_path):
     assert skew < 1.5, out  # the samplers keep the ranks' real tokens per step close
     assert ckpt.exists()
     one = subprocess.run([sys.executable, str(ROOT / "examples" / "ddp_training.py"), "--steps", "1",
-                          "--data-mb", "0.3", "--resume", str(ckpt)],
+                          "--data-mb", "0.3", "--resume", str(ckpt), "--device", "cpu"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
     resumed = float(re.search(r"^step\s+1\s+loss (\S+)", one.stdout, re.MULTILINE).group(1))
@@ -81,7 +81,7 @@ def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
     and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss."""
     env = {**__import__("os").environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     base = [sys.executable, str(ROOT / "examples" / "bert_pretraining.py"), "--steps", "6", "--accum", "2",
-            "--batch", "8", "--log-every", "1", "--checkpoint-every", "100"]
+            "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu"]
 
     def run(*extra, ckpt):
         done = subprocess.run([*base, "--checkpoint-dir", str(ckpt), *extra], capture_output=True, text=True,

@@ -58,5 +58,14 @@ def test_cuda_optimizers_match_the_cpu_kernels(dtype):
     norm = _kernels.l2norm(grads)
     assert norm == _kernels.l2norm(grads)  # per-block partials added in a fixed order
     assert norm == pytest.approx(_kernels.l2norm([p.grad for p in cpu]), rel=1e-12)
-    grads[3][0] = float("inf")
+    # The scale kernel: the CPU kernel's values, and the overflow flag only where there is one.
+    scaled, scaled_cpu = [torch.empty_like(g) for g in grads], [torch.empty_like(p.grad) for p in cpu]
+    assert _kernels.scale(grads, scaled, 0.5) is False
+    assert _kernels.scale([p.grad for p in cpu], scaled_cpu, 0.5) is False
+    for g, c in zip(scaled, scaled_cpu):
+        torch.testing.assert_close(g.cpu(), c)
+    grads[2][7, 3] = float("inf")  # shapes[2] is (300, 5); shapes[3] is (0,), nothing to overflow
     assert _kernels.scale(grads, grads, 0.5) is True
+    grads[2].zero_()
+    grads[-1][-1] = float("nan")  # the last chunk of the 321-chunk tensor: the second launch's
+    assert _kernels.scale(grads, scaled, 0.5) is True
