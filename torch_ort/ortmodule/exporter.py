@@ -192,6 +192,42 @@ def autocast_state(device_types) -> tuple:
                  if torch.amp.is_autocast_available(d) and torch.is_autocast_enabled(d))
 
 
+def float32_cross_entropy(self, target, weight=None, reduction: int = 1, ignore_index: int = -100,
+                          label_smoothing: float = 0.0):
+    """The rule CUDA autocast lacks for aten::cross_entropy_loss (CPU autocast has it): inputs to
+    float32, then the op with autocast off. Eager under CUDA autocast runs the op's decomposition,
+    whose log_softmax and nll_loss are float32 ops, so it computes exactly this; without the rule
+    a traced cross_entropy_loss stays whole and computes the loss in bf16/fp16."""
+    def up(t):
+        return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
+
+    with torch.autocast("cuda", enabled=False):
+        return torch.ops.aten.cross_entropy_loss(up(self), up(target), up(weight), reduction, ignore_index,
+                                                 label_smoothing)
+
+
+_float32_rules = [0, None]  # (nesting depth, the torch.library.Library holding the rule)
+
+
+@contextlib.contextmanager
+def _cuda_autocast_float32_losses(state: tuple):
+    """While an export traces under CUDA autocast, cross_entropy_loss has float32_cross_entropy as
+    its AutocastCUDA kernel (registered once however deep exports nest; removed after)."""
+    if not any(device == "cuda" for device, _ in state):
+        yield
+        return
+    if _float32_rules[0] == 0:
+        _float32_rules[1] = torch.library.Library("aten", "IMPL")
+        _float32_rules[1].impl("cross_entropy_loss", float32_cross_entropy, "AutocastCUDA")
+    _float32_rules[0] += 1
+    try:
+        yield
+    finally:
+        _float32_rules[0] -= 1
+        if _float32_rules[0] == 0:
+            _float32_rules[1] = None  # the Library's registrations die with it
+
+
 @contextlib.contextmanager
 def _autocast_inside(module: torch.nn.Module, state: tuple):
     """The caller's autocast (`state`) entered inside the traced forward, and off around the
@@ -211,6 +247,7 @@ def _autocast_inside(module: torch.nn.Module, state: tuple):
             return forward(*args, **kwargs)
 
     with contextlib.ExitStack() as off:
+        off.enter_context(_cuda_autocast_float32_losses(state))
         for device, _ in state:
             off.enter_context(torch.autocast(device, enabled=False))
         module.__dict__["forward"] = autocast_forward
