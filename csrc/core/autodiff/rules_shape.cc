@@ -54,6 +54,26 @@ void reduce_grad(GradCtx& g, const char* grad_op) {
   g.set_grad(0, g.ours(grad_op, std::move(ins), std::move(a), DType::kUndefined, g.info(g.in(0)).shape));
 }
 void reduce_sum_grad(GradCtx& g) { reduce_grad(g, "ReduceSumGrad"); }
+
+// Pad in constant mode: dX = dY's unpadded region = Pad(dY, −pads) (negative pads crop; a crop's
+// gradient pads with zeros). The other modes fold the border back onto X: no rule, so the ATen
+// fallback runs such a Pad.
+void pad_grad(GradCtx& g) {
+  const std::string mode = g.attrs().get_string("mode", "constant");
+  if (mode != "constant")
+    throw GradientError(g.node().describe() + ": no gradient rule for Pad in mode '" + mode + "'");
+  const Shape& x = g.info(g.in(0)).shape;
+  if (!g.has_in(1)) {  // before opset 11: the pads attribute
+    std::vector<int64_t> pads = g.attrs().get_ints("pads", {});
+    for (int64_t& p : pads) p = -p;
+    Attributes a;
+    a.set("pads", pads);
+    return g.set_grad(0, g.op("Pad", {g.grad_out(0)}, std::move(a), DType::kUndefined, x));
+  }
+  std::vector<ValueId> ins{g.grad_out(0), g.neg(g.in(1))};
+  if (g.has_in(3)) ins.insert(ins.end(), {kNoValue, g.in(3)});  // the same axes, zeros padded
+  g.set_grad(0, g.op("Pad", std::move(ins), {}, DType::kUndefined, x));
+}
 void reduce_mean_grad(GradCtx& g) { reduce_grad(g, "ReduceMeanGrad"); }
 
 }  // namespace
@@ -66,6 +86,7 @@ REGISTER_GRADIENT("Transpose", transpose_grad, {});
 REGISTER_GRADIENT("Expand", expand_grad, {1});
 REGISTER_GRADIENT("ReduceSum", reduce_sum_grad, {1});
 REGISTER_GRADIENT("ReduceMean", reduce_mean_grad, {1});
+REGISTER_GRADIENT("Pad", pad_grad, {1, 2, 3});  // pads, constant_value, axes
 
 // Outputs that are sizes, booleans or constants: no gradient flows through them.
 NO_GRADIENT("Shape", "returns sizes, not values");

@@ -23,6 +23,7 @@ const std::map<std::string, std::vector<int>, std::less<>>& onnx_host_inputs() {
       {"ConstantOfShape", {0}},   // shape
       {"Dropout", {1, 2}},        // ratio, training_mode
       {"Expand", {1}},            // shape
+      {"Pad", {1, 2, 3}},         // pads, constant_value, axes
       {"Range", {0, 1, 2}},       // start, limit, delta
       {"ReduceMax", {1}},         // axes (opset 18+; ReduceSum 13+)
       {"ReduceMean", {1}},

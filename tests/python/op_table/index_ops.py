@@ -1,6 +1,7 @@
-"""Op cases of the indexing family: Gather*, Slice, Concat, Split, Tile, Trilu, Range, CastLike,
-Max/Min, comparisons/logic, and the gradient ops their rules emit."""
+"""Op cases of the indexing family: Gather*, Slice, Concat, Split, Tile, Pad, Trilu, Range,
+CastLike, Max/Min, comparisons/logic, and the gradient ops their rules emit."""
 import torch
+import torch.nn.functional as F
 
 from op_table import OURS, Case, f, i64
 
@@ -77,6 +78,21 @@ CASES = [
     Case("Tile", [f(2, 3), i64(2, 3)], lambda x, r: x.repeat(2, 3)),
     Case("Tile", [f(2, 1, 3), i64(1, 4, 1)], lambda x, r: x.repeat(1, 4, 1), consts=(1,), id="Tile-3d"),
     Case("Tile", [i64(1, 2), i64(3)], lambda x, r: x.repeat(3), id="Tile-int64"),
+    # --- Pad: ONNX pads are (begins..., ends...) per axis; F.pad's are (begin, end) from the last dim
+    Case("Pad", [f(3, 4), i64(0, 1, 0, 2), t(1.5)], lambda x, p, v: F.pad(x, (1, 2), value=1.5), consts=(1, 2)),
+    Case("Pad", [f(3, 4), i64(0, -1, 1, 0)], lambda x, p: F.pad(x, (-1, 0, 0, 1)), consts=(1,), id="Pad-crop"),
+    Case("Pad", [f(2, 3, 4), i64(2, 1), None, i64(-2)], lambda x, p, a: F.pad(x, (0, 0, 2, 1)), consts=(1, 3),
+         id="Pad-axes"),
+    Case("Pad", [f(2, 3, 5), i64(0, 0, 2, 0, 0, 1)], lambda x, p: F.pad(x, (2, 1), mode="reflect"),
+         attrs=dict(mode="reflect"), consts=(1,), check_grad=False, id="Pad-reflect"),
+    Case("Pad", [f(1, 2, 4, 4), i64(0, 0, 1, 1, 0, 0, 1, 1)], lambda x, p: F.pad(x, (1, 1, 1, 1), mode="replicate"),
+         attrs=dict(mode="edge"), consts=(1,), check_grad=False, id="Pad-edge"),
+    Case("Pad", [f(2, 3, 5), i64(0, 0, 1, 0, 0, 2)], lambda x, p: F.pad(x, (1, 2), mode="circular"),
+         attrs=dict(mode="wrap"), consts=(1,), check_grad=False, id="Pad-wrap"),
+    Case("Pad", [torch.ones(2, 3, dtype=torch.bool), i64(0, 1, 0, 0)], lambda x, p: F.pad(x, (1, 0)),
+         consts=(1,), id="Pad-bool-mask"),
+    Case("Pad", [f(3, 4)], lambda x: F.pad(x, (1, 0, 0, 2)), attrs=dict(pads=[0, 1, 2, 0]), opset=10,
+         id="Pad-opset10-attr"),
     Case("Trilu", [f(3, 4)], torch.triu),
     Case("Trilu", [f(2, 3, 4), t(-1)], lambda x, k: torch.tril(x, -1), attrs=dict(upper=0), id="Trilu-lower-k"),
     Case("Trilu", [f(4, 4), t(1)], lambda x, k: torch.triu(x, 1), consts=(1,), id="Trilu-upper-k-const"),
