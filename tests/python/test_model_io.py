@@ -166,3 +166,33 @@ def test_positional_and_keyword_calls_agree(strict, order):
     x, mask, labels = batch(3, 5, torch.Generator().manual_seed(3))
     out = ours(x, mask, labels) if order == "positional" else ours(inputs_embeds=x, attention_mask=mask, labels=labels)
     torch.testing.assert_close(out.loss, eager(x, mask, labels).loss)
+
+
+class LossKwargs(torch.nn.Module):
+    """Trainer's convention: forward(**kwargs) collects extras such as num_items_in_batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x, labels=None, **kwargs):
+        loss = F.cross_entropy(self.fc(x), labels, reduction="sum")
+        return loss / kwargs["num_items_in_batch"] if "num_items_in_batch" in kwargs else loss
+
+
+def test_extra_keywords_collected_by_var_keyword(strict):
+    """Keywords that land in forward's **kwargs export too (torch 2.11's export counted them
+    twice against the dynamic shapes) and keep their symbolic dims."""
+    eager, wrapped = twin(LossKwargs)
+    ours = ORTModule(wrapped)
+    gen = torch.Generator().manual_seed(5)
+    for n in (4, 7):
+        x, labels = torch.randn(n, 6, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+        count = torch.tensor(float(n))
+        out_o, out_e = ours(x, labels=labels, num_items_in_batch=count), eager(x, labels=labels, num_items_in_batch=count)
+        torch.testing.assert_close(out_o, out_e)
+        out_o.backward()
+        out_e.backward()
+    torch.testing.assert_close(ours.fc.weight.grad, eager.fc.weight.grad)
+    assert ours.export_count == 1
+    assert "forward" not in wrapped.__dict__  # the export's signature is not left behind

@@ -165,7 +165,8 @@ def test_different_schemas_racing_each_export_once(strict):
 def process_wide_state():
     loggers = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
     return (sys.stderr, list(warnings.filters), [logging.getLogger(n).level for n in loggers],
-            torch.autograd.Function.__dict__["apply"], torch.utils.checkpoint._checkpoint_impl)
+            torch.autograd.Function.__dict__["apply"], torch.utils.checkpoint.checkpoint,
+            getattr(torch.utils.checkpoint, "_checkpoint_impl", None))
 
 
 def train(model, seed, steps=4):

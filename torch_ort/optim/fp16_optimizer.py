@@ -23,6 +23,7 @@ from typing import Callable, List, Optional
 
 import torch
 
+from .._compat import version_counter
 from . import _kernels, modifiers
 from ._base import check_grad
 from .loss_scaler import LossScaler
@@ -78,7 +79,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         self.last_grad_norm: Optional[float] = None
         self._grads_ready = False        # masters hold this step's unscaled gradients
         self._scaled = False             # this step's gradients came through scale_loss/backward
-        self._synced_versions = [p._version for p in self.model_params]
+        self._synced_versions = [version_counter(p) for p in self.model_params]
 
     # param_groups and state are the inner optimizer's, always — also after its load_state_dict
     # replaced them — so LR schedulers and checkpoints see one set of groups.
@@ -111,7 +112,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         versions = len(self.model_params)
         param_group["params"] = [self._master_of(p) for p in params]
-        self._synced_versions += [p._version for p in self.model_params[versions:]]
+        self._synced_versions += [version_counter(p) for p in self.model_params[versions:]]
         self.optimizer.add_param_group(param_group)
 
     def _master_of(self, p: torch.Tensor) -> torch.Tensor:
@@ -134,9 +135,9 @@ class FP16_Optimizer(torch.optim.Optimizer):
         truth: its master is refreshed from it instead of overwriting it with a stale master."""
         changed = []
         for i, p in enumerate(self.model_params):
-            if p._version == self._synced_versions[i]:
+            if version_counter(p) == self._synced_versions[i]:
                 continue
-            self._synced_versions[i] = p._version
+            self._synced_versions[i] = version_counter(p)
             # The model holding its master's rounding (a checkpoint of both) is no change.
             if not torch.equal(p.detach(), self.master_params[i].detach().to(p.dtype)):
                 changed.append(i)
@@ -273,7 +274,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         model = _kernels.Contiguous(self.model_params)  # channels_last or transposed parameters
         _kernels.scale(self.master_params, model.tensors, 1.0)
         model.write_back()
-        self._synced_versions = [p._version for p in self.model_params]
+        self._synced_versions = [version_counter(p) for p in self.model_params]
 
     # -- checkpoints ------------------------------------------------------------------------------
 

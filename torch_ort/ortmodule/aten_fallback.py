@@ -12,6 +12,7 @@ import re
 
 import torch
 
+from torch_ort._compat import MissingTorchFeature, OpOverload, is_op_overload
 from torch_ort.ortmodule.exporter import ExportResult, exception_chain, export_module
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
@@ -24,7 +25,7 @@ from torch_ort.ortmodule.translations.aten_fallback import (
 MAX_EXPORTS = 6  # one export per round of newly found ops; more means something keeps failing
 
 
-def resolve_aten(target) -> torch._ops.OpOverload | None:
+def resolve_aten(target) -> OpOverload | None:
     """The aten OpOverload of an FX target or its printed form 'aten.cumsum.default', always the
     torch.ops object: copies (a node's meta after the exporter's passes) are different keys for
     the exporter's registry and decomposition tables."""
@@ -33,10 +34,10 @@ def resolve_aten(target) -> torch._ops.OpOverload | None:
         return None
     packet = getattr(torch.ops.aten, parts[1], None)
     overload = getattr(packet, parts[2], None) if packet is not None else None
-    return overload if isinstance(overload, torch._ops.OpOverload) else None
+    return overload if is_op_overload(overload) else None
 
 
-def aten_op_of(node) -> torch._ops.OpOverload | None:
+def aten_op_of(node) -> OpOverload | None:
     """The ATen overload an exported ONNX node was lowered from: the exporter's 'namespace'
     metadata ends with '<fx node>: <target>'."""
     namespace = node.metadata_props.get("namespace", "")
@@ -49,8 +50,8 @@ class AtenFallback:
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled  # ORTMODULE_ATEN_FALLBACK
-        self.reasons: dict[torch._ops.OpOverload, str] = {}
-        self.rejected: dict[torch._ops.OpOverload, str] = {}  # ops it cannot carry, and why
+        self.reasons: dict[OpOverload, str] = {}
+        self.rejected: dict[OpOverload, str] = {}  # ops it cannot carry, and why
         self._translations: dict = {}
 
     def translations(self) -> dict:
@@ -66,7 +67,7 @@ class AtenFallback:
                 continue
             try:
                 translation = aten_op_translation(op)
-            except UnencodableArgumentError as e:
+            except (UnencodableArgumentError, MissingTorchFeature) as e:
                 self.rejected[op] = str(e)
                 continue
             self.reasons[op] = why
@@ -96,7 +97,7 @@ def _failed_translation(error: BaseException, name: str):
     return node, registry
 
 
-def _source_op(node) -> torch._ops.OpOverload | None:
+def _source_op(node) -> OpOverload | None:
     return resolve_aten(node.target) or resolve_aten(node.meta.get("original_aten"))
 
 
@@ -120,7 +121,7 @@ def ops_from_export_error(error: BaseException) -> dict:
         found[op] = no_translation if untranslated else "its ONNX translation failed"
     if registry is not None:
         for other in node.graph.nodes:
-            if (other.op == "call_function" and isinstance(other.target, torch._ops.OpOverload)
+            if (other.op == "call_function" and is_op_overload(other.target)
                     and not registry.is_registered(other.target)):
                 op = _source_op(other)
                 if op is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
+from torch_ort import _compat
 from torch_ort.ortmodule import python_op
 
 
@@ -82,7 +83,7 @@ class _Handover:
         it when the backward fails anywhere — in our nodes or in user code between them (final
         callbacks run only on success) — so neither records nor copies outlive the call."""
         handover = cls()
-        torch.autograd.Variable._execution_engine.queue_callback(handover.close)
+        _compat.queue_backward_callback(handover.close)
         return weakref.ref(handover)
 
     def close(self) -> None:
@@ -131,7 +132,7 @@ class _Backward:
             self.run = self.engine.backward_begin(run_ctx, grads)
         # A backward that needs only some groups (torch.autograd.grad, backward(inputs=...)) never
         # asks for the last one: free the run when autograd's backward call ends either way.
-        torch.autograd.Variable._execution_engine.queue_callback(self.end)
+        _compat.queue_backward_callback(self.end)
 
     def end(self) -> None:
         self.run = None  # frees whatever the engine still held
@@ -172,7 +173,7 @@ class EngineFunction(torch.autograd.Function):
         # An output that is an input (a returned parameter or pass-through tensor) or a view of
         # one must come out as a new tensor: autograd does not see `inputs` (they enter through
         # the Release nodes) and would otherwise give a leaf parameter this node as its grad_fn.
-        outputs = [o.detach() if o._is_view() or any(o is t for t in inputs) else o for o in outputs]
+        outputs = [o.detach() if _compat.is_view(o) or any(o is t for t in inputs) else o for o in outputs]
         ctx.state, ctx.device = state, carrier.device
         # An output nobody differentiated gets None, not a filled zero tensor of its size (a GPT's
         # logits returned beside the loss: 200 MB); the engine uses a stride-0 zero view instead.

@@ -6,8 +6,8 @@ value as an output of kind BUFFER_MUTATION (ep.graph_signature.buffers_to_mutate
 buffer's name). torch.onnx translates those values but lists only the user outputs as graph
 outputs, and its final cleanup (RemoveUnusedNodes, run by the opset conversion) then deletes
 them. We list them as graph outputs, after the user outputs, between translation and cleanup.
-The only seam there is torch.onnx's private _exported_program_to_onnx_program, so it is
-feature-checked: without it, exporting a module that updates buffers raises a clear error
+The only seam there is torch.onnx's private _exported_program_to_onnx_program (_compat.py), so
+it is feature-checked: without it, exporting a module that updates buffers raises a clear error
 (the fallback policy then runs it in eager) instead of silently freezing its statistics.
 
 The graph stays functional (our kernels never write into their inputs); GraphRunner binds the
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from torch_ort import _compat
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 
-_SEAM = "_exported_program_to_onnx_program"
 _LOCK = threading.Lock()  # the seam is module state: one export at a time patches it
 
 
@@ -32,14 +32,6 @@ _LOCK = threading.Lock()  # the seam is module state: one export at a time patch
 class Mutations:
     fqns: list[str] = field(default_factory=list)  # buffers whose new values follow the user outputs
     kept: bool = False                             # the seam ran: fqns is complete
-
-
-def _exporter_core():
-    try:
-        from torch.onnx._internal.exporter import _core
-    except ImportError:
-        return None
-    return _core
 
 
 def _append_mutation_outputs(graph, signature) -> list[str]:
@@ -67,24 +59,18 @@ def _append_mutation_outputs(graph, signature) -> list[str]:
 def keep_buffer_mutations():
     """Around torch.onnx.export: mutated buffers become graph outputs after the user outputs."""
     found = Mutations()
-    core = _exporter_core()
-    original = getattr(core, _SEAM, None)
-    if original is None:  # another torch: check_kept() raises if the model needed the seam
+
+    def wrap(original):
+        def translate(exported_program, *args, **kwargs):
+            program = original(exported_program, *args, **kwargs)
+            found.fqns = _append_mutation_outputs(program.model.graph, exported_program.graph_signature)
+            found.kept = True
+            return program
+        return translate
+
+    # Without the seam (another torch) nothing is wrapped: check_kept() raises if the model needed it.
+    with _LOCK, _compat.onnx_translation_wrapped(wrap):
         yield found
-        return
-
-    def translate(exported_program, *args, **kwargs):
-        program = original(exported_program, *args, **kwargs)
-        found.fqns = _append_mutation_outputs(program.model.graph, exported_program.graph_signature)
-        found.kept = True
-        return program
-
-    with _LOCK:
-        setattr(core, _SEAM, translate)
-        try:
-            yield found
-        finally:
-            setattr(core, _SEAM, original)
 
 
 def check_kept(exported_program, found: Mutations) -> None:
@@ -92,9 +78,9 @@ def check_kept(exported_program, found: Mutations) -> None:
     mutated = dict(exported_program.graph_signature.buffers_to_mutate)
     if mutated and (not found.kept or sorted(found.fqns) != sorted(mutated.values())):
         raise ORTModuleTorchModelException(
-            f"the module updates buffers {sorted(mutated.values())} in forward, but this torch "
-            f"version's ONNX exporter drops those updates (torch.onnx has no {_SEAM} to hook); "
-            "torch_ort would leave them frozen")
+            f"the module updates buffers {sorted(mutated.values())} in forward, but the ONNX "
+            f"exporter of torch {torch.__version__} drops those updates (it has no "
+            f"{_compat.ONNX_TRANSLATION} to hook); torch_ort would leave them frozen")
 
 
 class BufferUpdates:

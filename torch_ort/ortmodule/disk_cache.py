@@ -27,8 +27,8 @@ import os
 import tempfile
 
 import torch
-from torch.utils import _pytree as pytree
 
+from torch_ort._compat import pytree
 from torch_ort.ortmodule.exporter import ExportResult
 from torch_ort.ortmodule.options import LOGGER
 

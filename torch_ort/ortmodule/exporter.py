@@ -16,8 +16,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils import _pytree as pytree
 
+from torch_ort._compat import pytree
 from torch_ort.ortmodule import buffers, python_op_export, translations
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
@@ -133,6 +133,40 @@ def _dynamic_shapes(module, args, kwargs):
         return None
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
     return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+
+
+@contextlib.contextmanager
+def _extra_keywords_named(module, args, kwargs):
+    """While exporting, forward's signature names the call's extra keywords (those its **kwargs
+    collects: Trainer's num_items_in_batch) as keyword-only parameters. torch.export 2.11 counts
+    them twice, once inside **kwargs and once on their own, when dynamic_shapes is a dict: "Must
+    provide a tree_name when there might be a mismatch"."""
+    try:
+        signature = inspect.signature(module.forward)
+        bound = signature.bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # no signature, or a call eager rejects too: let export say so
+        yield
+        return
+    params = list(signature.parameters.values())
+    var = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+    if var is None or not bound.get(var.name):
+        yield
+        return
+    forward, outer = module.forward, module.__dict__.get("forward")
+
+    def named_forward(*a, **kw):
+        return forward(*a, **kw)
+
+    named_forward.__signature__ = signature.replace(parameters=[p for p in params if p is not var] + [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in bound[var.name]])
+    module.__dict__["forward"] = named_forward
+    try:
+        yield
+    finally:
+        if outer is None:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = outer
 
 
 def structural_copy(module: torch.nn.Module):
@@ -284,6 +318,7 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
         with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
                 python_op_export.opaque_functions(capture, type(module).__name__), \
                 _attribute_reads(module) as reads, \
+                _extra_keywords_named(module, args, kwargs), \
                 _autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
             program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                         dynamic_shapes=_dynamic_shapes(module, args, kwargs),

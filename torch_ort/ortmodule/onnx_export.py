@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 import torch
-from torch.utils import _pytree as pytree
 
+from torch_ort._compat import pytree
 from torch_ort.ortmodule import exporter, hf, python_op_export
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER

@@ -7,8 +7,8 @@ import threading
 from collections import OrderedDict
 
 import torch
-from torch.utils import _pytree as pytree
 
+from torch_ort._compat import pytree
 from torch_ort.ortmodule import bridge, hf, memory_stats, onnx_export, python_op
 from torch_ort.ortmodule.aten_fallback import AtenFallback, resolve_aten
 from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
@@ -66,7 +66,7 @@ class _Forward:
         return inspect.signature(self.__self__.module.forward)
 
 
-def _keys_without_wrapper(state_dict, prefix, *_):
+def _keys_without_wrapper(_module, state_dict, prefix, *_):
     """ORTModule inside another module (DDP's .module, a parent model): its state_dict() entries
     carry the original's keys, but the parent's load_state_dict walks _modules and expects
     '<prefix>_original_module.<key>'; rename them in place before the walk reaches the child."""
@@ -114,7 +114,7 @@ class ORTModule(torch.nn.Module):
         self._last_engine = None   # the engine of the last engine call (stats)
         if type(module).__module__.startswith("transformers."):
             hf.unwrap_in_accelerate(ORTModule)  # Trainer saves through .module (save_pretrained)
-        self._register_load_state_dict_pre_hook(_keys_without_wrapper)
+        self.register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import types
 import weakref
@@ -21,8 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.utils.checkpoint as checkpoint_module
-from torch.utils import _pytree as pytree
 
+from torch_ort import _compat
+from torch_ort._compat import pytree
 from torch_ort.ortmodule.fallback import FallbackPolicy, ORTModuleError
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.python_op import (
@@ -37,8 +39,6 @@ from torch_ort.ortmodule.python_op import (
     register,
     release,
 )
-
-_ORIGINAL_CHECKPOINT = checkpoint_module._checkpoint_impl
 
 
 class CheckpointNotAllowedError(ORTModuleError):
@@ -107,22 +107,24 @@ def opaque_functions(capture: Capture, module_name: str):
 
     def checkpoint_impl(function, args, kwargs, **options):
         if threading.get_ident() != exporter_thread:
-            return _ORIGINAL_CHECKPOINT(function, args, kwargs, **options)
+            return _compat.checkpoint_original(function, args, kwargs, **options)
         if not policy.allow_checkpoint:
             raise _checkpoint_error(module_name)
         if policy.custom_autograd and not kwargs and options.get("use_reentrant") is False:
             # Non-reentrant checkpoint recomputes the same way; run it as the reentrant Function.
             keep_rng = options.get("preserve_rng_state", True)
             return checkpoint_module.CheckpointFunction.apply(function, keep_rng, *args)
-        return _ORIGINAL_CHECKPOINT(function, args, kwargs, **options)
+        return _compat.checkpoint_original(function, args, kwargs, **options)
 
     torch.autograd.Function.apply = classmethod(apply)
-    checkpoint_module._checkpoint_impl = checkpoint_impl
+    # Where torch hides some checkpoints from us, say so loudly only to a user who allowed them.
+    undo_checkpoints = _compat.route_checkpoints(
+        checkpoint_impl, logging.WARNING if policy.allow_checkpoint else logging.INFO)
     try:
         yield capture
     finally:
         torch.autograd.Function.apply = ORIGINAL_APPLY
-        checkpoint_module._checkpoint_impl = _ORIGINAL_CHECKPOINT
+        undo_checkpoints()
 
 
 def _tracing() -> bool:
@@ -174,7 +176,6 @@ def _emit(capture: Capture, cls, args: tuple, kwargs: dict):
 
 def _probe(site: CallSite, tensors: list):
     """Runs the Function once outside the trace to learn its results (fake tensors first)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
     def call(inputs):
@@ -182,10 +183,11 @@ def _probe(site: CallSite, tensors: list):
         # as it will when trained, and may modify them in place (their version counter moves).
         probe = [t.detach().requires_grad_(True).clone() if t.is_floating_point() else t.detach()
                  for t in inputs]
-        versions = [p._version for p in probe]
+        versions = [_compat.version_counter(p) for p in probe]
         with nested(), torch.enable_grad():
             out = original_apply(site.function, *site.arguments(probe), **site.kwargs)
-        return out, tuple(i for i, (p, v) in enumerate(zip(probe, versions)) if p._version != v)
+        moved = (i for i, (p, v) in enumerate(zip(probe, versions)) if _compat.version_counter(p) != v)
+        return out, tuple(moved)
 
     with disable_proxy_modes_tracing():
         try:
@@ -193,7 +195,7 @@ def _probe(site: CallSite, tensors: list):
         except Exception as fake_error:
             LOGGER.debug("PythonOp %s: fake-tensor probe failed (%s); probing with real tensors",
                          site.name, fake_error)
-            with unset_fake_temporarily():
+            with _compat.real_tensors():
                 real = [_real_like(t) for t in tensors]
                 out, dirty = call(real)
                 out = pytree.tree_map_only(torch.Tensor, lambda t: _HintShaped(t), out)

@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from torch_ort import _compat
 from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
@@ -65,7 +66,7 @@ def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
     """(the owning module's _parameters or _buffers dict, the local name) of a parameter/buffer."""
     owner_name, _, name = fqn.rpartition(".")
     owner = module.get_submodule(owner_name)
-    return (owner._parameters if name in owner._parameters else owner._buffers), name
+    return _compat.slot_table(owner, name), name
 
 
 class GraphRunner:

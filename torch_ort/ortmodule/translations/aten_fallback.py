@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import torch
+
+from torch_ort._compat import OpOverload, onnx_tracer, op_schema
 
 DOMAIN = "com.torch_ort"
 TRANSLATIONS: dict = {}
@@ -33,9 +34,9 @@ class UnencodableArgumentError(TypeError):
     """An argument of an ATen op that the ATenOp node cannot carry (a Generator, a Python object)."""
 
 
-def qualified_name(overload: torch._ops.OpOverload) -> str:
+def qualified_name(overload: OpOverload) -> str:
     """'aten::cumsum.default' — the name logs and error messages use."""
-    schema = overload._schema
+    schema = op_schema(overload)
     return f"{schema.name}.{schema.overload_name or 'default'}"
 
 
@@ -50,9 +51,9 @@ def _unwrap_optional(type_name: str) -> str:
 class _Encoder:
     """Binds one call's (args, kwargs) to the schema and encodes them as inputs + attributes."""
 
-    def __init__(self, overload: torch._ops.OpOverload):
+    def __init__(self, overload: OpOverload):
         self.overload = overload
-        self.schema = overload._schema
+        self.schema = op_schema(overload)
         self.inputs: list = []
         self.attrs: list = [ir.AttrString("aten_op", qualified_name(overload))]
         self.kinds: list[str] = []
@@ -142,9 +143,9 @@ class _Encoder:
         self.fail(arg, f"{type(value).__name__} values are not supported")
 
 
-def check_supported(overload: torch._ops.OpOverload) -> None:
+def check_supported(overload: OpOverload) -> None:
     """Raises UnencodableArgumentError for overloads the ATenOp node cannot represent at all."""
-    schema = overload._schema
+    schema = op_schema(overload)
     if schema.is_mutable:
         raise UnencodableArgumentError(
             f"ATen fallback for {qualified_name(overload)}: the op mutates its inputs")
@@ -158,9 +159,7 @@ def check_supported(overload: torch._ops.OpOverload) -> None:
 def _emit(inputs: list, attrs: list, num_outputs: int):
     # Custom-domain nodes have no ONNX schema for onnxscript to build them from, so the node is
     # recorded straight into the exporter's tracer, as torch's own onnx.ops.symbolic does.
-    from torch.onnx._internal.exporter import _core
-
-    tracer = _core.current_tracer
+    tracer = onnx_tracer()
     if tracer is None:
         raise RuntimeError("ATenOp translations run only inside torch.onnx.export")
     node = ir.Node(DOMAIN, "ATenOp", inputs, attributes=attrs, num_outputs=num_outputs, version=1)
@@ -168,15 +167,15 @@ def _emit(inputs: list, attrs: list, num_outputs: int):
     return node.outputs
 
 
-def aten_op_translation(overload: torch._ops.OpOverload):
+def aten_op_translation(overload: OpOverload):
     """The custom translation that lowers every call of `overload` to one ATenOp node."""
     check_supported(overload)
-    num_outputs = len(overload._schema.returns)
+    num_outputs = len(op_schema(overload).returns)
 
     def translate(*args, **kwargs):
         inputs, attrs = _Encoder(overload).encode(args, kwargs)
         outputs = _emit(inputs, attrs, num_outputs)
         return outputs[0] if num_outputs == 1 else list(outputs)
 
-    translate.__name__ = f"aten_fallback_{overload._schema.name.split('::')[-1]}"
+    translate.__name__ = f"aten_fallback_{op_schema(overload).name.split('::')[-1]}"
     return translate

@@ -8,10 +8,11 @@ batchnorm.cc), whose outputs are, in ATen's order here, Y, the new running mean 
 """
 from __future__ import annotations
 
-import torch
 from onnx.defs import OpSchema
 from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
 from onnxscript.values import Op, Opset
+
+from torch_ort._compat import aten_op
 
 _FLOATS = ["tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"]
 
@@ -54,7 +55,9 @@ def batch_norm_no_stats(input, weight=None, bias=None, training=True, momentum=0
     return y, saved_mean, saved_inv_std
 
 
-TRANSLATIONS = {
-    torch.ops.aten._native_batch_norm_legit_functional.default: batch_norm_functional,
-    torch.ops.aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
+# What torch.export emits for BatchNorm; a torch without these ops never emits them.
+_BY_NAME = {
+    "_native_batch_norm_legit_functional.default": batch_norm_functional,
+    "_native_batch_norm_legit.no_stats": batch_norm_no_stats,
 }
+TRANSLATIONS = {aten_op(name): fn for name, fn in _BY_NAME.items() if aten_op(name) is not None}
