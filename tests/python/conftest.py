@@ -1,4 +1,5 @@
-"""Shared fixtures: models and a strict fallback policy (nothing may silently run in eager)."""
+"""Shared fixtures: models, and a strict fallback policy for every test (nothing may silently run in
+eager PyTorch; tests of the fallback itself are marked `fallback`)."""
 import copy
 import logging
 
@@ -20,10 +21,13 @@ def cpu_path(request):
     torch_ort._C.set_optim_cpu_path("auto")
 
 
-@pytest.fixture
-def strict(monkeypatch):
-    """Any engine failure raises instead of falling back to eager PyTorch."""
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+@pytest.fixture(autouse=True)
+def strict(request, monkeypatch):
+    """Every test: any engine failure raises instead of falling back to eager PyTorch, so no engine
+    test passes by running eager. Tests of the fallback (@pytest.mark.fallback) keep the default
+    policy or set the one they test."""
+    if request.node.get_closest_marker("fallback") is None:
+        monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
 
 
 @pytest.fixture

@@ -101,6 +101,7 @@ def test_complex_input_raises_with_fallback_disabled(strict):
         ORTModule(ComplexInput())(torch.randn(3, 4, dtype=torch.cfloat))
 
 
+@pytest.mark.fallback
 @pytest.mark.parametrize("model_cls, make_input", [
     (DataDependentBranch, lambda g: torch.randn(3, 4, generator=g)),
     (ListReturningOp, lambda g: torch.randn(3, 4, generator=g)),

@@ -1,4 +1,4 @@
-"""Issue 10, failure paths lose nothing: an exception at any stage of a training step (export,
+"""Failure paths lose nothing: an exception at any stage of a training step (export,
 engine build, forward, backward, optimizer step) leaves the parameters, their .grad, the buffers
 and the optimizer state bitwise as before the step, and the module usable — the next steps match
 eager PyTorch doing the same steps without the failed one. Copies (deepcopy, pickle, torch.save)
@@ -382,7 +382,7 @@ def test_an_export_failure_raises_and_the_next_call_exports(strict, monkeypatch)
     assert not ours._fallback.active
 
 
-@pytest.mark.parametrize("policy", ["FALLBACK_DISABLE", "default"])
+@pytest.mark.parametrize("policy", ["FALLBACK_DISABLE", pytest.param("default", marks=pytest.mark.fallback)])
 def test_a_forward_that_raises_while_exported_is_the_users_error_not_a_fallback(monkeypatch, policy):
     """The model's own forward raises on these inputs (while being exported). Under the default
     policy the eager module raises the same error: it propagates as in eager PyTorch, and the

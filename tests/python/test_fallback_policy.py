@@ -127,6 +127,7 @@ def test_forced_fallback_runs_eager_from_the_start(monkeypatch, flag):
     assert ours.export_count == 0 and ours.module.fc.weight.grad is not None
 
 
+@pytest.mark.fallback
 def test_retry_uses_the_engine_again(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
 
@@ -137,6 +138,7 @@ def test_retry_uses_the_engine_again(monkeypatch):
     assert ours.export_count == 1
 
 
+@pytest.mark.fallback
 def test_without_retry_eager_stays(monkeypatch):
     ours = ORTModule(Either())
     with pytest.warns(UserWarning):

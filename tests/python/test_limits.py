@@ -147,6 +147,7 @@ def test_ortmodule_raises_naming_the_limit(strict):
         ORTModule(HugeExpand())(torch.randn(2, 4))
 
 
+@pytest.mark.fallback
 def test_ortmodule_falls_back_with_the_limit_in_the_warning():
     model, x = HugeExpand(), torch.randn(2, 4)
     with warnings.catch_warnings(record=True) as caught:
