@@ -1,5 +1,5 @@
-"""What the benchmarks share: the issue-5 command line, the machine line of their results, a report
-that prints markdown and saves it with the JSON in benchmarks/results/, and the suites' (issues 6, 7)
+"""What the benchmarks share: the optimizer benchmarks' command line, the machine line of their results, a report
+that prints markdown and saves it with the JSON in benchmarks/results/, and the suites'
 child processes: each variant runs alone, watched for memory and time; and the suites' report
 figures (a measured row, a ratio between two, their formats)."""
 from __future__ import annotations

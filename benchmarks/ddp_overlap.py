@@ -1,4 +1,4 @@
-"""Issue 8's overlap benchmark: a 2-process DistributedDataParallel step (gloo, this machine's
+"""The overlap benchmark: a 2-process DistributedDataParallel step (gloo, this machine's
 cores split between the ranks) for eager PyTorch and ORTModule with gradient release off
 (ORTMODULE_GRADIENT_RELEASE=0: every gradient reaches DDP when the engine's backward ends) and on
 (the default: in groups of >= 1 MiB as soon as they are final), each in its own torchrun launch.
@@ -129,7 +129,7 @@ def launch(case: str, variant: str, steps: int, warmup: int, world: int) -> dict
 
 
 def markdown(result: dict) -> list[str]:
-    lines = [f"# DDP overlap benchmark (issue 8), {result['date']}", "",
+    lines = [f"# DDP overlap benchmark, {result['date']}", "",
              f"Machine: {result['machine']}; {result['cpu']}. Command: `{result['command']}`. "
              f"{result['world']} processes (torchrun --standalone, gloo), the cores split between them; "
              f"AdamW; global batch = the suite's; median of {result['steps']} steps after "

@@ -1,4 +1,4 @@
-"""Issue 7's memory benchmark: eager PyTorch, torch.compile and ORTModule at recompute levels 0, 1
+"""The memory benchmark: eager PyTorch, torch.compile and ORTModule at recompute levels 0, 1
 and 2 (ORTMODULE_MEMORY_OPT_LEVEL), on baby GPT and GPT-2 small, AdamW throughout.
 
 Per case, variant and batch size (--batches), in a process of its own (memory_measure.py says how

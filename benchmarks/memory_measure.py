@@ -1,4 +1,4 @@
-"""Issue 7's memory benchmark, the child side: one variant of one case at one batch size, in a
+"""The memory benchmark's child side: one variant of one case at one batch size, in a
 process of its own (benchmarks/memory.py starts it), measured three ways.
 
 1. RSS: the resident set right before the forward of a steady-state step (optimizer state already

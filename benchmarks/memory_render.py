@@ -1,4 +1,4 @@
-"""Issue 7's memory benchmark, the report side: goal figures, markdown tables and the chart of a
+"""The memory benchmark's report side: goal figures, markdown tables and the chart of a
 memory.json (benchmarks/memory.py writes one; --from-json re-renders and merges them)."""
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def _cap_goal(entry: dict, label: str) -> Goal:
 
 
 def goals(result: dict) -> list[Goal]:
-    """Issue 7's goal figures, per case. Activations are the allocator's (RSS in brackets)."""
+    """The goal figures, per case. Activations are the allocator's (RSS in brackets)."""
     rows = []
     for case, entry in result["cases"].items():
         label = CASE_LABELS.get(case, case)
@@ -254,7 +254,7 @@ def markdown(result: dict) -> list[str]:
     verdict = {True: "met", False: "not met", None: "not measured",
                "undecided": "undecided (the searches stopped at their probe limit)"}
     malloc = ", ".join(f"{k}={v}" for k, v in result.get("malloc", {}).items()) or "glibc's defaults"
-    lines = [f"# Memory benchmark (issue 7), {result['date']}", "",
+    lines = [f"# Memory benchmark, {result['date']}", "",
              f"Machine: {result['machine']}; {result['cpu']}. Command: `{result.get('command', '-')}`. Each "
              f"variant and batch size in its own process, glibc malloc with {malloc} in every one"
              + (" (each block of 64 KiB or more mapped alone and unmapped when freed, so RSS follows the "

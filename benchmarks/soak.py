@@ -1,4 +1,4 @@
-"""Issue 10's soak benchmark: does memory stay flat over a long run?
+"""The soak benchmark: does memory stay flat over a long run?
 
 Each variant runs in its own process (common.run_watched) and samples its resident set size (RSS)
 every --every steps:

@@ -1,4 +1,4 @@
-"""Issue 6's training-step suite: eager PyTorch, torch.compile and ORTModule, side by side.
+"""The training-step suite: eager PyTorch, torch.compile and ORTModule, side by side.
 
 Each variant of each case (CASES below) runs in its own process; torch.compile in default mode.
 
@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 from common import cpu_model, machine, run_watched, write_results  # noqa: E402
 from common import measured_row as _row, percent_text as _pct, ratio as _ratio, times_text as _x  # noqa: E402
 
-# The issue-6 cases; the GPT ones are nanoGPT (vocab 65: its Shakespeare characters) or GPT-2 small.
+# The cases; the GPT ones are nanoGPT (vocab 65: its Shakespeare characters) or GPT-2 small.
 CASES = {
     "tiny": dict(kind="gpt", vocab=65, width=128, heads=4, layers=4, context=64, batch=12),
     "baby": dict(kind="gpt", vocab=65, width=384, heads=6, layers=6, context=256, batch=8),
@@ -45,7 +45,7 @@ VARIANTS = ("eager", "compile", "ortmodule", "ortmodule_fused")
 VARIANT_LABELS = {"eager": "eager + AdamW", "compile": "torch.compile + AdamW",
                   "ortmodule": "ORTModule + AdamW", "ortmodule_fused": "ORTModule + FusedAdam"}
 OURS = "ortmodule"  # the goal figures compare like with like: the same optimizer class as eager's
-SPEEDUP_GOALS = {"tiny": 2.0, "baby": 1.4, "gpt2": 1.3, "bert": 1.3}  # × eager, from issue 6
+SPEEDUP_GOALS = {"tiny": 2.0, "baby": 1.4, "gpt2": 1.3, "bert": 1.3}  # × eager, the goals set for this suite
 MFU_GOALS = {"baby": 0.70}
 FIRST_STEP_GOAL = 0.25  # ours ÷ torch.compile's first step
 
@@ -185,7 +185,7 @@ def _seconds(s: float) -> str:
 
 
 def goals(result: dict) -> list[tuple[str, str, str, bool | None]]:
-    """(goal, measured, target, met) per goal figure of issue 6; met is None when not measured."""
+    """(goal, measured, target, met) per goal figure; met is None when not measured."""
     rows = []
     for case, target in SPEEDUP_GOALS.items():
         ours, fused = _ratio(result, case, "eager", OURS), _ratio(result, case, "eager", "ortmodule_fused")
@@ -211,7 +211,7 @@ def goals(result: dict) -> list[tuple[str, str, str, bool | None]]:
 def _case_table(result: dict, case: str) -> list[str]:
     entry, c = result["cases"][case], CASES[case]
     params = next((r["parameters"] for r in entry["variants"].values() if "parameters" in r), None)
-    few = " (below the issue's 10)" if entry["steps"] < 10 and case != "gpt2" else ""
+    few = " (below the 10 the goals ask for)" if entry["steps"] < 10 and case != "gpt2" else ""
     lines = ["", f"## {CASE_LABELS[case]}", "",
              f"{c['layers']} layers, {c['heads']} heads, width {c['width']}, context {c['context']}, "
              f"batch {c['batch']}, vocab {c['vocab']}, fp32; "
@@ -254,7 +254,7 @@ def _gemm_table(gemm: dict) -> list[str]:
 def markdown(result: dict) -> list[str]:
     gemm = result.get("gemm", {})
     fp32 = gemm.get("peak", {}).get("float32")
-    lines = [f"# Training-step suite (issue 6), {result['date']}", "",
+    lines = [f"# Training-step suite, {result['date']}", "",
              f"Machine: {result['machine']}; {result['cpu']}. Each variant in its own process; the first "
              "step (export or compilation, cold caches) is timed alone, then the median of the timed "
              "full steps (forward, backward, optimizer) after the warm-up steps. Ratios are within this "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's memory benchmark in one command: eager PyTorch, torch.compile and ORTModule at
+# The memory benchmark in one command: eager PyTorch, torch.compile and ORTModule at
 # ORTMODULE_MEMORY_OPT_LEVEL 0, 1 and 2 (AdamW) on baby GPT and GPT-2 small, each variant and batch
 # size in its own process: peak RSS, a step's activation memory (RSS and torch's allocator), the
 # memory report's predicted and measured peaks, step times, and the largest batch under a memory

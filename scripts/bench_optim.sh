@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5's benchmarks in one command: FusedAdam against torch.optim.AdamW and the bandwidth floor,
+# The optimizer benchmarks in one command: FusedAdam against torch.optim.AdamW and the bandwidth floor,
 # then the baby-GPT bf16 training step (ORTModule + FusedAdam against eager). Installs what it needs
 # first; writes benchmarks/results/{fused_adam,bf16_training}.{json,md}. Takes ~2 minutes.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's training-step suite in one command: eager PyTorch, torch.compile and ORTModule (AdamW,
+# The training-step suite in one command: eager PyTorch, torch.compile and ORTModule (AdamW,
 # and FusedAdam) on tiny GPT, baby GPT, GPT-2 small and BERT-mini, each variant in its own process,
 # plus the machine's measured fp32/bf16 GEMM peak. Installs what it needs first; writes
 # benchmarks/results/suite.{json,md,png}. Arguments go to benchmarks/suite.py (--help lists them),

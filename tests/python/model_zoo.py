@@ -163,7 +163,7 @@ def loss_of(output) -> torch.Tensor:
     return output[1] if isinstance(output, tuple) else output.loss
 
 
-# name -> (factory(dropout), batch maker): the models issue 3 asks to train with eager parity.
+# name -> (factory(dropout), batch maker): the models the suite trains with eager parity.
 ZOO = {
     "gpt2": (gpt2, lm_batch),
     "bert_mlm": (bert_mlm, mlm_batch),

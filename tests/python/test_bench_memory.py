@@ -1,4 +1,4 @@
-"""benchmarks/memory.py (issue 7): the largest-batch search on a fake runner, the goals and report
+"""benchmarks/memory.py: the largest-batch search on a fake runner, the goals and report
 of a fabricated result, and one real `--quick` run (tiny GPT, eager and ORTModule level 0) whose
 JSON must hold positive, mutually consistent measurements. No timing is asserted."""
 import json

@@ -76,7 +76,7 @@ def test_markdown_warns_when_other_work_ran(result):
 def test_write_saves_json_markdown_and_png(result, tmp_path):
     suite.write(result, str(tmp_path))
     assert json.loads((tmp_path / "suite.json").read_text()) == result
-    assert (tmp_path / "suite.md").read_text().startswith("# Training-step suite (issue 6), 2026-11-23")
+    assert (tmp_path / "suite.md").read_text().startswith("# Training-step suite, 2026-11-23")
     png = (tmp_path / "suite.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 

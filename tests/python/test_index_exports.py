@@ -48,7 +48,7 @@ def run_engine(module, args):
     (name, parameter, engine gradient) per parameter input."""
     res = export_module(module, args, {}, None)
     # Ranks for the MatMul rule: the exporter leaves some value_info out; onnx shape inference
-    # fills it in here (the engine's own shape inference is another issue's work).
+    # fills it in here (the engine's own shape inference is another stage's work).
     model = onnx.shape_inference.infer_shapes(onnx.load_from_string(res.onnx_bytes))
     named = dict(module.named_parameters(remove_duplicate=False))
     params = [named[n] for n in res.param_names]

@@ -1,4 +1,4 @@
-"""Issue 7: the planner's saved set and lifetimes, the static peak estimate against the bytes a run
+"""The planner's saved set and lifetimes, the static peak estimate against the bytes a run
 holds, the recompute levels and plans (gradients equal to level 0's), the report and its errors."""
 import logging
 

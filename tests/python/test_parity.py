@@ -1,4 +1,4 @@
-"""Issue 2 parity: ORTModule trains an MLP classifier and a regressor exactly like eager PyTorch."""
+"""Parity: ORTModule trains an MLP classifier and a regressor exactly like eager PyTorch."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""Issue 6: the model parity suite with each graph pass disabled in turn (ORTMODULE_DISABLED_PASSES),
+"""The model parity suite with each graph pass disabled in turn (ORTMODULE_DISABLED_PASSES),
 and with every pass on. A pass whose rewrite hides a bug elsewhere, or a fused kernel that drifts
 from the unfused graph it replaces, shows up as a parity failure in one of these rows.
 

@@ -1,6 +1,6 @@
 // elementwise_chain_fusion: a tree of single-consumer fp32 elementwise ops (Add, Mul, Tanh, ...)
 // becomes one com.torch_ort::FusedElementwise node whose kernel runs the whole tree tile by tile,
-// intermediates in a per-thread tile buffer, so memory is read and written once (issue 6).
+// intermediates in a per-thread tile buffer, so memory is read and written once.
 //
 // The program travels as attributes (see fused_elementwise.h for the kernel side):
 //   ops      : strings, one instruction each, in execution order ("Mul", "Tanh", ...)

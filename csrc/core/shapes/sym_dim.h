@@ -1,6 +1,6 @@
 // Symbolic dimension arithmetic: a dim is an integer polynomial over named sizes ("batch*seq").
 //
-// Decision (issue 3): derived dims are *named symbols whose name is a canonical expression*, so
+// Decision: derived dims are *named symbols whose name is a canonical expression*, so
 // that the IR keeps one Dim type and equality stays a string compare (Dim::same_as):
 //   product   batch·seq        -> "batch*seq"      (factors sorted, coefficient first: "2*seq")
 //   sum       past + seq       -> "past+seq"       (terms sorted, constant last: "seq-1")
