@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import model_zoo
+from test_threads import Scale  # a PythonOp: x * s with its own backward
 from torch_ort import ORTModule
 from torch_ort.ortmodule import cuda_graph
 
@@ -183,23 +184,13 @@ def test_fewer_output_gradients_are_zeros_more_are_refused(graphs):
         (loss + logits.sum()).backward()
 
 
-class Scale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
-
-
 class WithFunction(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 3)
 
     def forward(self, x):
-        return Scale.apply(self.fc(x)).sum()
+        return Scale.apply(self.fc(x), 2.0).sum()
 
 
 @pytest.mark.parametrize("model_cls", [WithFunction])

@@ -136,6 +136,20 @@ def _dynamic_shapes(module, args, kwargs):
 
 
 @contextlib.contextmanager
+def _forward_replaced(module: torch.nn.Module, forward):
+    """module.forward is `forward` (an instance attribute) within the block, then what it was."""
+    outer = module.__dict__.get("forward")
+    module.__dict__["forward"] = forward
+    try:
+        yield
+    finally:
+        if outer is None:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = outer
+
+
+@contextlib.contextmanager
 def _extra_keywords_named(module, args, kwargs):
     """While exporting, forward's signature names the call's extra keywords (those its **kwargs
     collects: Trainer's num_items_in_batch) as keyword-only parameters. torch.export 2.11 counts
@@ -152,21 +166,15 @@ def _extra_keywords_named(module, args, kwargs):
     if var is None or not bound.get(var.name):
         yield
         return
-    forward, outer = module.forward, module.__dict__.get("forward")
+    forward = module.forward
 
     def named_forward(*a, **kw):
         return forward(*a, **kw)
 
     named_forward.__signature__ = signature.replace(parameters=[p for p in params if p is not var] + [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in bound[var.name]])
-    module.__dict__["forward"] = named_forward
-    try:
+    with _forward_replaced(module, named_forward):
         yield
-    finally:
-        if outer is None:
-            del module.__dict__["forward"]
-        else:
-            module.__dict__["forward"] = outer
 
 
 def structural_copy(module: torch.nn.Module):
@@ -270,7 +278,6 @@ def _autocast_inside(module: torch.nn.Module, state: tuple):
     if not state:
         yield
         return
-    outer = module.__dict__.get("forward")
     forward = module.forward  # after _attribute_reads: its recording forward
 
     @functools.wraps(forward)
@@ -284,14 +291,8 @@ def _autocast_inside(module: torch.nn.Module, state: tuple):
         off.enter_context(_cuda_autocast_float32_losses(state))
         for device, _ in state:
             off.enter_context(torch.autocast(device, enabled=False))
-        module.__dict__["forward"] = autocast_forward
-        try:
-            yield
-        finally:
-            if outer is None:
-                del module.__dict__["forward"]
-            else:
-                module.__dict__["forward"] = outer
+        off.enter_context(_forward_replaced(module, autocast_forward))
+        yield
 
 
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
