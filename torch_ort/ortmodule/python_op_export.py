@@ -1,6 +1,10 @@
 """Export side of PythonOp (python_op.py): while ORTModule exports, `opaque_functions()` intercepts
 `Function.apply`, and each call of a user Function becomes one PythonOp node
-(torch.onnx.ops.symbolic_multi_out) whose inputs are the call's tensors.
+(torch.onnx.ops.symbolic_multi_out) whose inputs are the call's tensors. An apply reached without
+that patch — a reference taken before the export (`self.fn = F.apply`, Megatron/Apex style) binds
+torch's own apply — still calls the class's forward, which is wrapped during the export to do the
+same: otherwise the exporter would inline the forward and differentiate it, silently ignoring the
+Function's backward.
 
 Output dtypes and shapes come from a probe run of the real forward on the export's fake tensors
 (symbolic dims), or, if the Function cannot run on fake tensors (numpy, a custom kernel), on random
@@ -92,18 +96,40 @@ def opaque_functions(capture: Capture, module_name: str):
 
     policy = capture.policy
     exporter_thread = threading.get_ident()
+    routed = threading.local()  # .cls: the Function whose forward our own apply is about to run
+
+    def run_original(cls, *args, **kwargs):
+        routed.cls = cls
+        try:
+            return original_apply(cls, *args, **kwargs)
+        finally:
+            routed.cls = None
 
     def apply(cls, *args, **kwargs):
         if depth() or threading.get_ident() != exporter_thread or not _tracing():
-            return original_apply(cls, *args, **kwargs)
+            return run_original(cls, *args, **kwargs)
         if cls is checkpoint_module.CheckpointFunction:
             if not policy.allow_checkpoint:
                 raise _checkpoint_error(module_name)
         elif cls.__module__.startswith("torch."):
-            return original_apply(cls, *args, **kwargs)  # torch's own (custom ops' autograd, ...)
+            return run_original(cls, *args, **kwargs)  # torch's own (custom ops' autograd, ...)
         if not policy.custom_autograd or qualified_name(cls) in policy.skipped:
-            return original_apply(cls, *args, **kwargs)  # the exporter inlines its forward
+            return run_original(cls, *args, **kwargs)  # the exporter inlines its forward
         return _emit(capture, cls, args, kwargs)
+
+    def forward_called(cls, args: tuple, forward):
+        """A user Function's forward is running: through our apply (run it), or through an apply
+        that bypassed the patch (emit the PythonOp, as our apply would have)."""
+        if getattr(routed, "cls", None) is not None and issubclass(routed.cls, cls):
+            routed.cls = None  # a Function its own forward applies again is a new call
+            return forward()
+        if depth() or threading.get_ident() != exporter_thread or not _tracing():
+            return forward()
+        if not policy.custom_autograd or qualified_name(cls) in policy.skipped:
+            return forward()
+        LOGGER.info("PythonOp: %s was applied through a reference to its apply taken before the "
+                    "export; it runs as a PythonOp all the same", qualified_name(cls))
+        return _emit(capture, cls, args, {})
 
     def checkpoint_impl(function, args, kwargs, **options):
         if threading.get_ident() != exporter_thread:
@@ -121,10 +147,50 @@ def opaque_functions(capture: Capture, module_name: str):
     undo_checkpoints = _compat.route_checkpoints(
         checkpoint_impl, logging.WARNING if policy.allow_checkpoint else logging.INFO)
     try:
-        yield capture
+        with _forwards_watched(forward_called):
+            yield capture
     finally:
         torch.autograd.Function.apply = ORIGINAL_APPLY
         undo_checkpoints()
+
+
+def _user_functions() -> list:
+    """Every torch.autograd.Function subclass defined now outside torch whose class body defines
+    forward."""
+    found, stack = [], [torch.autograd.Function]
+    seen = set()
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub in seen:
+                continue
+            seen.add(sub)
+            stack.append(sub)
+            if not sub.__module__.startswith("torch.") and isinstance(sub.__dict__.get("forward"), staticmethod):
+                found.append(sub)
+    return found
+
+
+@contextlib.contextmanager
+def _forwards_watched(called):
+    """Within the block, each user Function's forward first asks called(cls, args, run): the
+    Function's own inputs (after ctx, when forward takes one) and a callable running the real one."""
+    wrapped = []
+    for cls in _user_functions():
+        raw = cls.__dict__["forward"]
+        takes_ctx = cls.setup_context is torch.autograd.Function.setup_context  # no setup_context
+
+        def forward(*args, _cls=cls, _fn=raw.__func__, _ctx=takes_ctx):
+            # The class applied: ctx names it (a subclass may inherit this forward).
+            applied = getattr(type(args[0]), "_forward_cls", _cls) if _ctx and args else _cls
+            return called(applied, args[1:] if _ctx else args, lambda: _fn(*args))
+
+        cls.forward = staticmethod(functools.wraps(raw.__func__)(forward))
+        wrapped.append((cls, raw))
+    try:
+        yield
+    finally:
+        for cls, raw in wrapped:
+            cls.forward = raw
 
 
 def _tracing() -> bool:
