@@ -1,5 +1,5 @@
 // Reference evaluator, indexing family: index-by-index loops in double for Gather*, Slice, Split,
-// Concat's gradient and Tile (comparisons, Max/Min, Trilu, Range: reference_eval_compare.cc).
+// Concat's gradient, Tile and Pad (comparisons, Max/Min, Trilu, Range: reference_eval_compare.cc).
 #include <algorithm>
 #include <functional>
 #include <numeric>
@@ -201,6 +201,35 @@ const bool kRegistered = [] {
       Dims idx = unravel(i, s);
       for (size_t d = 0; d < idx.size(); ++d) idx[d] %= X(0).shape[d];
       r.data[i] = X(0).data[ravel(idx, X(0).shape)];
+    }
+    return {r};
+  });
+  // Pad in constant mode (the mode with a gradient rule): out[i] = x[i - begin] inside x, else the
+  // value; a negative begin or end crops.
+  reg("Pad", [](const Node& n, const Ins& in) -> Outs {
+    if (n.attrs.get_string("mode", "constant") != "constant") fail(n, "only constant mode");
+    const size_t rank = X(0).shape.size();
+    const Dims pads = in.size() > 1 && in[1] ? ints(X(1)) : n.attrs.get_ints("pads", {});
+    const double value = in.size() > 2 && in[2] ? X(2).data.at(0) : 0.0;
+    Dims axes(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+    if (in.size() > 3 && in[3]) axes = ints(X(3));
+    if (pads.size() != 2 * axes.size()) fail(n, "pads do not match the axes");
+    Dims begin(rank, 0), s = X(0).shape;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const size_t d = size_t(axis_of(n, axes[k], rank));
+      begin[d] = pads[k];
+      s[d] += pads[k] + pads[k + axes.size()];
+    }
+    RefTensor r = RefTensor::zeros(X(0).dtype, s);
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      Dims idx = unravel(i, s);
+      bool inside = true;
+      for (size_t d = 0; d < rank; ++d) {
+        idx[d] -= begin[d];
+        inside &= idx[d] >= 0 && idx[d] < X(0).shape[d];
+      }
+      r.data[i] = inside ? X(0).data[ravel(idx, X(0).shape)] : value;
     }
     return {r};
   });

@@ -1,4 +1,4 @@
-// Numeric gradient cases of the indexing family: Gather*, Slice, Concat, Split, Tile, Trilu,
+// Numeric gradient cases of the indexing family: Gather*, Slice, Concat, Split, Tile, Pad, Trilu,
 // CastLike and Max/Min (run by test_gradients.cc's checker, static and symbolic shapes).
 #include "tests/cpp/grad_cases.h"
 
@@ -41,6 +41,10 @@ std::vector<Case> index_cases() {
       {"Split_by_output_count", "Split", {G({6, 2})}, {}, 3},
       {"Tile_2d", "Tile", {G({2, 3}), K({2, 3})}},
       {"Tile_3d_ones", "Tile", {G({2, 1, 3}), K({1, 4, 1})}},
+      // Pad (constant mode): padding, cropping (negative pads), a value, selected axes.
+      {"Pad_both_sides", "Pad", {G({2, 3}), K({1, 0, 2, 1})}},
+      {"Pad_crop_and_pad", "Pad", {G({4, 5}), K({-1, 2, 0, -2})}},
+      {"Pad_value_axes", "Pad", {G({2, 3, 4}), K({1, 2}), S(0.5), K({-1})}},
       {"Trilu_upper", "Trilu", {G({3, 4})}},
       {"Trilu_lower_k_neg1", "Trilu", {G({2, 3, 4}), K({-1})}, A({{"upper", I{0}}})},
       {"Max_broadcast", "Max", {G({3, 4}), G({4})}},
