@@ -196,3 +196,20 @@ def test_extra_keywords_collected_by_var_keyword(strict):
     torch.testing.assert_close(ours.fc.weight.grad, eager.fc.weight.grad)
     assert ours.export_count == 1
     assert "forward" not in wrapped.__dict__  # the export's signature is not left behind
+
+
+def test_an_input_that_already_has_a_grad_trains_like_eager(strict):
+    """An input reused across steps (input-gradient or adversarial training) carries a .grad when
+    it reaches the export; its gradients accumulate as in eager."""
+    eager, ours = twin(PooledClassifier)
+    ours = ORTModule(ours)
+    x_e = torch.randn(4, 5, 8, requires_grad=True)  # (B, T, C)
+    torch.sin(x_e).sum().backward()  # x_e.grad is set before any ORTModule call
+    x_o = x_e.detach().clone().requires_grad_(True)
+    x_o.grad = x_e.grad.clone()
+    for _ in range(2):
+        for model, x in ((eager, x_e), (ours, x_o)):
+            model(x).logits.square().sum().backward()
+    torch.testing.assert_close(x_o.grad, x_e.grad, rtol=1e-5, atol=1e-6)
+    for p, q in zip(eager.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6)

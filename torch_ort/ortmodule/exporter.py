@@ -308,9 +308,19 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                               own_translations)
 
 
+def _fresh_leaves(tree):
+    """Each tensor as a detached view (no copy) with its requires_grad: the exporter fakes the
+    tensors it is given, and one carrying a .grad (an input reused across steps, input-gradient
+    or adversarial training) or a grad_fn is not what it expects."""
+    def fresh(t):
+        return t.detach().requires_grad_(t.requires_grad) if t.requires_grad else t.detach()
+    return pytree.tree_map_only(torch.Tensor, fresh, tree)
+
+
 def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
                    own_translations) -> ExportResult:
     start = time.perf_counter()
+    args, kwargs = _fresh_leaves((args, kwargs))
     table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
     capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())
     if deepcopy:
