@@ -213,3 +213,35 @@ def test_an_input_that_already_has_a_grad_trains_like_eager(strict):
     torch.testing.assert_close(x_o.grad, x_e.grad, rtol=1e-5, atol=1e-6)
     for p, q in zip(eager.parameters(), ours.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6)
+
+
+class DictBatch(torch.nn.Module):
+    """forward takes one dict of tensors, passed positionally: model(batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, batch, scale=1.0):
+        return (self.fc(batch["x"]) * batch["y"]).sum() * scale
+
+
+@pytest.mark.parametrize("call", ["positional", "keyword", "with_default_given"])
+def test_a_dict_argument_trains_like_eager(strict, call):
+    """torch.onnx.export reads a trailing dict in args as keyword arguments; ours is bound by name."""
+    eager, ours = twin(DictBatch)
+    ours = ORTModule(ours)
+    for step in range(3):
+        gen = torch.Generator().manual_seed(step)
+        batch = {"x": torch.randn(4, 3, generator=gen), "y": torch.randn(4, 2, generator=gen)}
+        for model in (eager, ours):
+            args, kwargs = {"positional": ((batch,), {}), "keyword": ((), {"batch": batch}),
+                            "with_default_given": ((batch, 2.0), {})}[call]
+            model.zero_grad()
+            loss = model(*args, **kwargs)
+            loss.backward()
+            if model is eager:
+                want = loss
+        torch.testing.assert_close(loss, want)
+        for p, q in zip(eager.parameters(), ours.parameters()):
+            torch.testing.assert_close(q.grad, p.grad)

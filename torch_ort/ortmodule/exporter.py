@@ -317,10 +317,31 @@ def _fresh_leaves(tree):
     return pytree.tree_map_only(torch.Tensor, fresh, tree)
 
 
+def _as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with every argument forward can take by name passed by name, in parameter order
+    before the call's own keywords (the flattened order stays the call's). torch.onnx.export reads
+    a dict at the end of `args` as keyword arguments (its older API's convention), so
+    model(batch) with forward(self, batch) lost its only argument."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # no signature, or a call eager rejects too: let export say so
+        return args, kwargs
+    kinds = {name: bound.signature.parameters[name].kind for name in bound.arguments}
+    if inspect.Parameter.VAR_POSITIONAL in kinds.values():
+        return args, kwargs  # *args after named parameters: everything stays as called
+    positional, named = [], {}
+    for name, value in bound.arguments.items():
+        if kinds[name] is inspect.Parameter.POSITIONAL_ONLY:
+            positional.append(value)
+        elif kinds[name] is not inspect.Parameter.VAR_KEYWORD and name not in kwargs:
+            named[name] = value  # (the call's own keywords, **kwargs' included, follow as given)
+    return tuple(positional), {**named, **kwargs}
+
+
 def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
                    own_translations) -> ExportResult:
     start = time.perf_counter()
-    args, kwargs = _fresh_leaves((args, kwargs))
+    args, kwargs = _fresh_leaves(_as_keywords(module, args, kwargs))
     table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
     capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())
     if deepcopy:
