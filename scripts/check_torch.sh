@@ -45,7 +45,9 @@ export PATH="$VENV/bin:$PATH"  # ninja for cpp_extension
 # (.venv, build/, *.so, this folder) is neither copied nor deleted on the other side.
 log "syncing the working tree to $TREE"
 mkdir -p "$TREE/build/third_party"
-rsync -a --delete --exclude=/.git --filter=':- .gitignore' "$ROOT/" "$TREE/"
+# By content, not modification time, and a changed file gets the time of the copy: a source
+# edited before the copy's last build but synced after it must still look newer than its object.
+rsync -rlpD --checksum --delete --exclude=/.git --filter=':- .gitignore' "$ROOT/" "$TREE/"
 # protobuf-lite and the generated ONNX classes do not depend on torch: reuse the checkout's.
 if [ -d "$ROOT/build/generated" ] && [ -d "$ROOT/build/third_party/protobuf-lite" ]; then
   rsync -a "$ROOT/build/generated" "$TREE/build/"
