@@ -43,6 +43,9 @@ MAX_GRAPHS = 4   # captured signatures per engine (each holds its activations' m
 
 
 def signature(inputs) -> tuple:
+    """Sizes, strides, dtypes and devices of the caller's tensors. Parameters are not in it: they
+    are checked by address at every call (_params_moved), and a parameter that changed shape, dtype
+    or device has a new address, so the per-call work stays one pass over the parameters."""
     return tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in inputs)
 
 
@@ -153,7 +156,7 @@ class GraphedEngine:
     def forward(self, inputs):
         if not self._backend.applies(inputs):
             return self._engine.forward(inputs)
-        key = signature(inputs)
+        key = signature(inputs[:self._num_user])
         captured = self._graphs.get(key)
         if captured is not None and not self._params_moved(captured, inputs):
             if self._idle(captured):
@@ -222,8 +225,9 @@ class GraphedEngine:
             return False
         LOGGER.info("ORTMODULE_USE_CUDA_GRAPH: parameters moved since the capture (module.to(), a "
                     "replaced Parameter, an optimizer that does not update in place); recapturing")
-        del self._graphs[signature(inputs)]
-        self._seen.pop(signature(inputs), None)
+        key = signature(inputs[:n])
+        del self._graphs[key]
+        self._seen.pop(key, None)
         return True
 
     def _capture(self, key, inputs, seen: _Warmup):
