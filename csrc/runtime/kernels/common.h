@@ -28,11 +28,15 @@ inline std::vector<int64_t> axes_input_or_attr(const KernelCtx& ctx, int i) {
   return ctx.attrs.get_ints("axes", {});
 }
 
-// Shape/Size results and constants read as shapes live on the CPU; a CPU tensor with dims
-// meeting a device tensor is moved to the device (0-dim CPU tensors mix freely in ATen).
-inline at::Tensor on_device_of(const at::Tensor& t, const at::Tensor& like) {
-  if (t.device() == like.device() || t.dim() == 0) return t;
-  return t.to(like.device());
+// Tensors one ATen op reads together must share a device (a 0-dim CPU tensor is the exception:
+// ATen reads it as a number). Placement (planner/placement.h) makes every host/device crossing a
+// node of the graph, so a mismatch is a placement bug, an error: a copy here would hide a
+// host-device synchronisation.
+inline void check_placed(const KernelCtx& c, const at::Tensor& a, const at::Tensor& b) {
+  const auto scalar = [](const at::Tensor& t) { return t.dim() == 0 && t.is_cpu(); };
+  if (a.device() != b.device() && !scalar(a) && !scalar(b))
+    c.fail("internal: an input on " + a.device().str() + " meets one on " + b.device().str() +
+           " (csrc/core/planner/placement.cc left a crossing without a ToHost/ToDevice node)");
 }
 
 // Devices where eager PyTorch's dropout is the fused native_dropout kernel (ATen's Dropout.cpp);

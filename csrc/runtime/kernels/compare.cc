@@ -24,11 +24,10 @@
 namespace torch_ort::kernels {
 namespace {
 
-// Two operands on one device: a shape-derived CPU tensor may meet a device tensor, and moves to
-// it; two CPU tensors (shape arithmetic) stay on the CPU.
+// Two operands, checked to be placed together (shape arithmetic: both on the host).
 std::pair<at::Tensor, at::Tensor> aligned(const KernelCtx& c, const at::Tensor& a, const at::Tensor& b) {
-  if (a.device() == b.device()) return {a, b};
-  return a.device() == c.device ? std::pair{a, on_device_of(b, a)} : std::pair{on_device_of(a, b), b};
+  check_placed(c, a, b);
+  return {a, b};
 }
 
 template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&)>
@@ -71,7 +70,8 @@ void min_max_grad_kernel(KernelCtx& c) {
   std::vector<at::Tensor> hits;
   at::Tensor count;
   for (int i = 0; i < n; ++i) {
-    hits.push_back(at::eq(on_device_of(c.input(2 + i), y), y));
+    check_placed(c, c.input(2 + i), y);
+    hits.push_back(at::eq(c.input(2 + i), y));
     count = count.defined() ? at::add(count, hits.back()) : hits.back().to(dy.scalar_type());
   }
   const at::Tensor share = at::div(dy, count);  // count >= 1: Y is one of the X_i

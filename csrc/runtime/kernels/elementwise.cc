@@ -34,12 +34,12 @@
 namespace torch_ort::kernels {
 namespace {
 
-// Operands i and j on one device (a shape-derived CPU tensor may meet a device tensor).
+// Operands i and j, checked to be placed together.
 std::pair<at::Tensor, at::Tensor> operands(const KernelCtx& c, int i = 0, int j = 1) {
   const at::Tensor& a = c.input(i);
   const at::Tensor& b = c.input(j);
-  if (a.device() == b.device()) return {a, b};
-  return a.device() == c.device ? std::pair{a, on_device_of(b, a)} : std::pair{on_device_of(a, b), b};
+  check_placed(c, a, b);
+  return {a, b};
 }
 
 template <at::Tensor (*F)(const at::Tensor&)>
@@ -103,7 +103,8 @@ void where_kernel(KernelCtx& c) {
   if (cond.scalar_type() != at::kBool) c.fail("condition must be bool, got " +
                                               std::string(c10::toString(cond.scalar_type())));
   auto [x, y] = operands(c, 1, 2);
-  c.set_output(0, at::where(on_device_of(cond, x), x, y));
+  check_placed(c, cond, x);
+  c.set_output(0, at::where(cond, x, y));
 }
 
 void identity_kernel(KernelCtx& c) { c.set_output(0, c.input(0)); }
@@ -130,8 +131,8 @@ void sum_kernel(KernelCtx& c) {
   if (terms.empty()) return c.set_output(0, c.input(0).expand(shape));
   at::Tensor acc = terms[0];
   for (size_t i = 1; i < terms.size(); ++i) {
-    const at::Tensor t = on_device_of(terms[i], acc);
-    acc = in_place ? acc.add_(t) : at::add(acc, t);
+    check_placed(c, terms[i], acc);
+    acc = in_place ? acc.add_(terms[i]) : at::add(acc, terms[i]);
   }
   if (!acc.sizes().equals(shape)) acc = at::add(acc, absent_gradient(shape, acc.options()));  // grow
   c.set_output(0, acc);

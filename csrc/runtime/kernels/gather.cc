@@ -19,9 +19,10 @@
 namespace torch_ort::kernels {
 namespace {
 
-// int64 indices on `like`'s device with negatives wrapped by `size`.
-at::Tensor wrap_indices(const at::Tensor& idx, int64_t size, const at::Tensor& like) {
-  at::Tensor i = on_device_of(idx, like);
+// int64 indices (placed with `like`) with negatives wrapped by `size`.
+at::Tensor wrap_indices(const KernelCtx& c, const at::Tensor& idx, int64_t size, const at::Tensor& like) {
+  check_placed(c, idx, like);
+  at::Tensor i = idx;
   if (i.scalar_type() != at::kLong) i = i.to(at::kLong);
   return at::where(at::lt(i, 0), at::add(i, size), i);
 }
@@ -39,7 +40,7 @@ void gather_elements_kernel(KernelCtx& c) {
   if (c.input(1).dim() != data.dim())
     c.fail("indices of rank " + std::to_string(c.input(1).dim()) + " for data of rank " +
            std::to_string(data.dim()) + " (GatherElements needs equal ranks)");
-  c.set_output(0, at::gather(data, axis, wrap_indices(c.input(1), data.size(axis), data)));
+  c.set_output(0, at::gather(data, axis, wrap_indices(c, c.input(1), data.size(axis), data)));
 }
 
 // dX = zeros(shape).scatter_add(axis, indices, dY)
@@ -47,7 +48,7 @@ void gather_elements_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), static_cast<int64_t>(shape.size()));
-  at::Tensor idx = wrap_indices(c.input(2), shape[axis], dy);
+  at::Tensor idx = wrap_indices(c, c.input(2), shape[axis], dy);
   c.set_output(0, at::scatter_add(at::zeros(shape, dy.options()), axis, idx, dy));
 }
 
@@ -84,10 +85,11 @@ NdIndex nd_index(const KernelCtx& c, c10::IntArrayRef data, const at::Tensor& in
   nd.flat_out.insert(nd.flat_out.end(), data.begin() + b + k, data.end());
   nd.out.assign(indices.sizes().begin(), indices.sizes().end() - 1);
   nd.out.insert(nd.out.end(), data.begin() + b + k, data.end());
-  at::Tensor idx = on_device_of(indices, like).to(at::kLong).reshape({B, M, k});
+  check_placed(c, indices, like);
+  at::Tensor idx = indices.to(at::kLong).reshape({B, M, k});
   nd.index.push_back(std::optional<at::Tensor>(at::arange(B, idx.options()).view({B, 1}).expand({B, M})));
   for (int64_t j = 0; j < k; ++j)
-    nd.index.push_back(std::optional<at::Tensor>(wrap_indices(idx.select(2, j), data[b + j], like)));
+    nd.index.push_back(std::optional<at::Tensor>(wrap_indices(c, idx.select(2, j), data[b + j], like)));
   return nd;
 }
 
@@ -111,7 +113,7 @@ void gather_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), static_cast<int64_t>(shape.size()));
-  at::Tensor idx = wrap_indices(c.input(2), shape[axis], dy).reshape({-1});
+  at::Tensor idx = wrap_indices(c, c.input(2), shape[axis], dy).reshape({-1});
   const int64_t outer = product(shape, 0, axis), inner = product(shape, axis + 1, shape.size());
   if (dy.numel() != outer * idx.numel() * inner)
     c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not match data shape " +

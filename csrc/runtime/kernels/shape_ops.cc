@@ -119,14 +119,18 @@ void expand_kernel(KernelCtx& c) {
 void concat_kernel(KernelCtx& c) {
   if (!c.attrs.has("axis")) c.fail("attribute 'axis' is required");
   std::vector<at::Tensor> parts;
-  for (int i = 0; i < c.num_inputs(); ++i) parts.push_back(on_device_of(c.input(i), c.input(0)));
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    check_placed(c, c.input(i), c.input(0));
+    parts.push_back(c.input(i));
+  }
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), c.input(0).dim());
   c.set_output(0, at::cat(parts, axis));
 }
 
 void gather_kernel(KernelCtx& c) {
   const at::Tensor& data = c.input(0);
-  at::Tensor idx = on_device_of(c.input(1), data);
+  check_placed(c, c.input(1), data);
+  at::Tensor idx = c.input(1);
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), data.dim());
   if (idx.scalar_type() != at::kLong) idx = idx.to(at::kLong);
   // ONNX counts negative indices from the end; index_select would reject them.
