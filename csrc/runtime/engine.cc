@@ -118,6 +118,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   stats_.host_nodes = plan_.placement.host_nodes;
   for (const auto* steps : {&forward_steps_, &backward_steps_})
     for (const CompiledStep& s : *steps) {
+      opaque_ |= torch_ort::runs_opaque_code(*s.node);
       if (s.node->domain != kOurDomain) continue;
       const bool fwd = steps == &forward_steps_;
       if (s.node->op_type == kToHost) ++(fwd ? stats_.to_host_forward : stats_.to_host_backward);
@@ -125,9 +126,6 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
     }
   for (ValueId v : plan_.saved) stats_.saved_names.push_back(eg.value(v).name);
   if (tg_) compute_input_grad_ready();
-  for (const auto* steps : {&forward_steps_, &backward_steps_})
-    for (const CompiledStep& s : *steps)
-      opaque_ |= is_autograd_op(*s.node) || (s.node->domain == kOurDomain && s.node->op_type == kAtenOpGrad);
 }
 
 const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Device device) const {

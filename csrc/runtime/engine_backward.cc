@@ -17,10 +17,8 @@ namespace torch_ort {
 void Engine::compute_input_grad_ready() {
   const Graph& g = tg_->graph;
   // ATenOp/PythonOp forward nodes count too: the memory optimizer may recompute them in backward.
-  backward_opaque_ = std::any_of(backward_steps_.begin(), backward_steps_.end(), [](const CompiledStep& s) {
-    const Node& n = *s.node;
-    return is_autograd_op(n) || (n.domain == kOurDomain && n.op_type == kAtenOpGrad);
-  });
+  backward_opaque_ = std::any_of(backward_steps_.begin(), backward_steps_.end(),
+                                 [](const CompiledStep& s) { return torch_ort::runs_opaque_code(*s.node); });
   const std::vector<ValueLayout> layouts = value_layouts(g);
   // Per buffer (base value): the number of backward steps up to the last one that reads or
   // writes it through any value living in it (0: backward never touches it).

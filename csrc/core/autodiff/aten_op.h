@@ -27,6 +27,10 @@ inline bool is_aten_op(const Node& n) { return n.domain == kOurDomain && n.op_ty
 inline bool is_autograd_op(const Node& n) {
   return n.domain == kOurDomain && (n.op_type == kAtenOp || n.op_type == kPythonOp);
 }
+// Nodes that run code we do not control (a user Function, the ATen dispatcher, PyTorch autograd).
+inline bool runs_opaque_code(const Node& n) {
+  return is_autograd_op(n) || (n.domain == kOurDomain && n.op_type == kAtenOpGrad);
+}
 
 // Adds the autograd outputs described above to `n` (once; a no-op when num_results is set).
 void request_aten_autograd_outputs(Graph& g, Node& n);
