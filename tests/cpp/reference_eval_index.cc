@@ -2,6 +2,7 @@
 // Concat's gradient, Tile and Pad (comparisons, Max/Min, Trilu, Range: reference_eval_compare.cc).
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -10,7 +11,14 @@
 namespace torch_ort::ref {
 namespace {
 
-Dims ints(const RefTensor& t) { return Dims(t.data.begin(), t.data.end()); }
+// Back to int64: INT64_MAX/MIN (an open Slice end) are stored as ±2^63, which saturate here.
+Dims ints(const RefTensor& t) {
+  Dims d;
+  for (double v : t.data)
+    d.push_back(v >= 0x1p63 ? std::numeric_limits<int64_t>::max()
+                            : v <= -0x1p63 ? std::numeric_limits<int64_t>::min() : int64_t(v));
+  return d;
+}
 int64_t axis_of(const Node& n, int64_t a, size_t rank) {
   const int64_t r = int64_t(rank);
   if (a < -r || a >= r) fail(n, "axis " + std::to_string(a) + " out of range");

@@ -1,6 +1,7 @@
 // sequence_to_split: structure of tiny hand-written graphs before and after the pass.
 #include <gtest/gtest.h>
 
+#include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/type_inference.h"
 #include "csrc/core/ir/verifier.h"
@@ -116,21 +117,29 @@ TEST(SequenceToSplit, ListedSizesAndKeepdimsZeroWithoutSplitSqueezes) {
   EXPECT_EQ(squeezes, 2);
 }
 
-TEST(SequenceToSplit, LeavesGraphsItCannotRewriteUntouched) {
-  // Unknown split dim with a scalar split: the chunk count is not static.
+TEST(SequenceToSplit, UnknownDimLowersToSlicesAndBadPositionsAreErrors) {
+  // Unknown split dim with a scalar split: the piece count is not static -> one Slice per pick
+  // (test_passes_sequence_slices.cc has the details).
   Graph unknown_dim = qkv_graph({0, 1}, {}, -1);
-  EXPECT_FALSE(make_sequence_to_split_pass()->run(unknown_dim));
-  EXPECT_NE(find_op(unknown_dim, "SplitToSequence"), nullptr);
-  // A position out of range, and a position computed at run time.
+  ASSERT_TRUE(make_sequence_to_split_pass()->run(unknown_dim));
+  verify(unknown_dim);
+  EXPECT_EQ(find_op(unknown_dim, "SplitToSequence"), nullptr);
+  EXPECT_NE(find_op(unknown_dim, "Slice"), nullptr);
+  // A position out of range, and a position computed at run time: errors naming op and reader.
   Graph out_of_range = qkv_graph({0, 3});
-  EXPECT_FALSE(make_sequence_to_split_pass()->run(out_of_range));
+  try {
+    make_sequence_to_split_pass()->run(out_of_range);
+    ADD_FAILURE() << "position 3 of 3 pieces lowered";
+  } catch (const UnsupportedOpError& e) {
+    EXPECT_NE(std::string(e.what()).find("'SplitToSequence' (node /split): SequenceAt (node /at1) reads "
+                                         "position 3 of 3 pieces"), std::string::npos) << e.what();
+  }
   Graph runtime_pos = qkv_graph({0, 1});
   ValueId p = runtime_pos.add_value("p", DType::kInt64, Shape::of({}));
   runtime_pos.inputs.push_back(p);
   for (Node& n : runtime_pos.nodes)
     if (n.op_type == "SequenceAt" && n.name == "/at1") n.inputs[1] = p;
-  EXPECT_FALSE(make_sequence_to_split_pass()->run(runtime_pos));
-  EXPECT_EQ(runtime_pos.nodes.size(), qkv_graph({0, 1}).nodes.size());
+  EXPECT_THROW(make_sequence_to_split_pass()->run(runtime_pos), UnsupportedOpError);
 }
 
 TEST(SequenceToSplit, PipelineRunsItBeforeDceWhichDropsThePositionConstants) {

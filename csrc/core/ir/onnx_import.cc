@@ -323,7 +323,7 @@ Graph import_onnx(std::string_view bytes) {
   std::unordered_map<std::string, TypeInfo> types;
   for (const auto& vi : gp.value_info()) {
     // A sequence-typed intermediate (SplitToSequence's output) stays untyped: the
-    // sequence_to_split pass rewrites it away, and an op left reading it fails as "no kernel".
+    // sequence_to_split pass rewrites it away, or fails naming the op that reads it otherwise.
     if (vi.has_type() && vi.type().has_sequence_type()) continue;
     types[vi.name()] = to_type(vi);
   }

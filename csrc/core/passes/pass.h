@@ -49,7 +49,7 @@ std::vector<std::string> run_training_pipeline(TrainingGraph& tg,
                                                const PipelineOptions& opts);
 
 std::unique_ptr<Pass> make_dce_pass();  // removes nodes whose outputs reach no graph output
-std::unique_ptr<Pass> make_sequence_to_split_pass();  // SplitToSequence + SequenceAt -> Split
+std::unique_ptr<Pass> make_sequence_to_split_pass();  // SplitToSequence + SequenceAt -> Split or Slices
 std::unique_ptr<Pass> make_constant_folding_pass();  // Constant nodes and shape arithmetic -> initializers
 std::unique_ptr<Pass> make_cse_pass();  // same op, attributes and inputs -> one node
 std::unique_ptr<Pass> make_attention_fusion_pass();  // attention subgraph -> com.torch_ort::Attention

@@ -1,16 +1,26 @@
 // SplitToSequence + SequenceAt(constant positions) -> one Split whose outputs the SequenceAt
-// results become. The exporter emits x.split(n, dim) (nanoGPT's q, k, v) this way; our IR has no
-// sequence values, and Split has a kernel and a gradient rule.
+// results become, or, when the piece sizes are known only at run time, one Slice per SequenceAt.
+// The exporter emits x.split(n, dim), x.chunk(k, dim) and x.unbind(dim) this way (nanoGPT's
+// q, k, v; a chunk along a dynamic dim, whose chunk size is shape arithmetic). Our IR has no
+// sequence values; Split and Slice have kernels and gradient rules, and the start/end arithmetic
+// of a Slice stays on the host (placement). Anything else is an error naming the op and why.
 #include <algorithm>
+#include <cstddef>
+#include <limits>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "csrc/core/ir/errors.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/passes/pattern.h"
 
 namespace torch_ort {
 namespace {
+
+using pattern::has_input;
 
 // The int64 values of a constant (initializer or Constant node) and whether it is a scalar
 // (from the constant's own dims: a Constant's output value may carry no shape); nullopt when the
@@ -20,34 +30,245 @@ struct ConstInts {
   bool scalar;
 };
 std::optional<ConstInts> const_ints(const Graph& g, const GraphIndex& idx, ValueId v) {
+  std::optional<TensorData> t = pattern::constant_of(g, idx, v);
+  if (!t || (t->dtype != DType::kInt64 && t->dtype != DType::kInt32)) return std::nullopt;
   try {
-    if (auto it = g.initializers.find(v); it != g.initializers.end())
-      return ConstInts{it->second.as_int64s(), it->second.dims.empty()};
-    const NodeId p = idx.producer[v];
-    if (p < 0 || g.nodes[p].op_type != "Constant" || !g.nodes[p].domain.empty()) return std::nullopt;
-    const Attributes& a = g.nodes[p].attrs;
-    if (const TensorData* t = a.get_tensor("value")) return ConstInts{t->as_int64s(), t->dims.empty()};
-    if (a.has("value_ints")) return ConstInts{a.get_ints("value_ints", {}), false};
-    if (a.has("value_int")) return ConstInts{{a.get_int("value_int", 0)}, true};
-  } catch (const std::exception&) {  // a float constant: not a size or a position
+    return ConstInts{t->as_int64s(), t->dims.empty()};
+  } catch (const std::exception&) {  // raw bytes that do not match the dims
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
-// Split sizes of SplitToSequence(x, split?) along `axis`, or nullopt when they are not static:
-// a 1-D split lists them; a scalar split s (or none: s = 1) needs the dim to be known.
-std::optional<std::vector<int64_t>> static_sizes(const Graph& g, const GraphIndex& idx, const Node& n,
-                                                 int64_t axis) {
-  const Shape& xs = g.value(n.inputs[0]).shape;
-  const bool has_split = n.inputs.size() > 1 && n.inputs[1] != kNoValue;
-  std::optional<ConstInts> s = has_split ? const_ints(g, idx, n.inputs[1]) : ConstInts{{1}, true};
-  if (!s) return std::nullopt;
-  if (!s->scalar) return s->values;
-  const int64_t chunk = s->values.at(0);
-  if (chunk <= 0 || !xs.dims[axis].is_known()) return std::nullopt;
+[[noreturn]] void cannot_lower(const Node& n, const std::string& why) {
+  throw UnsupportedOpError("Unsupported op '" + n.op_type + "' (node " + n.name + "): " + why +
+                           " — sequences lower to Split/Slice only when every reader is SequenceAt at "
+                           "a constant position (no kernel or gradient rule takes a sequence); set "
+                           "ORTMODULE_FALLBACK_POLICY to run the module in PyTorch instead, or open an issue");
+}
+
+// A SplitToSequence checked lowerable: x split along `axis` into pieces of `split`.
+struct SeqSplit {
+  ValueId x;                    // the tensor split
+  ValueId split;                // the `split` input; kNoValue: pieces of 1
+  std::optional<ConstInts> c;   // `split`'s constant values, when it is a constant
+  bool list;                    // `split` is 1-D: it lists the piece sizes (else one size)
+  int64_t axis;                 // in [0, rank)
+  bool squeeze;                 // keepdims=0 without `split`: pieces lose the axis
+  std::map<NodeId, int64_t> picks;  // SequenceAt node -> the position it reads (may be negative)
+};
+
+// Reads nodes[at] and its readers; throws (naming the op and why) when they cannot be lowered.
+SeqSplit read(const Graph& g, const GraphIndex& idx, NodeId at) {
+  const Node& n = g.nodes[at];
+  if (!has_input(n, 0) || n.outputs.size() != 1) cannot_lower(n, "it needs an input and one output");
+  SeqSplit sp{n.inputs[0], has_input(n, 1) ? n.inputs[1] : kNoValue, std::nullopt, false, 0, false, {}};
+  const ValueId seq = n.outputs[0];
+  if (pattern::is_graph_output(g, seq)) cannot_lower(n, "its sequence '" + g.value(seq).name + "' is a graph output");
+  const Shape& xs = g.value(sp.x).shape;
+  if (!xs.rank_known) cannot_lower(n, "the rank of its input '" + g.value(sp.x).name + "' is unknown");
+  sp.axis = n.attrs.get_int("axis", 0);
+  if (sp.axis < -xs.rank() || sp.axis >= xs.rank())
+    cannot_lower(n, "axis " + std::to_string(sp.axis) + " is out of range for rank " + std::to_string(xs.rank()));
+  if (sp.axis < 0) sp.axis += xs.rank();
+  if (sp.split != kNoValue) {
+    const Value& sv = g.value(sp.split);
+    sp.c = const_ints(g, idx, sp.split);
+    if (!sp.c && sv.dtype != DType::kInt64 && sv.dtype != DType::kInt32)
+      cannot_lower(n, "its split '" + sv.name + "' is not an integer tensor");
+    if (!sp.c && sv.shape.rank() != 0 && sv.shape.rank() != 1)
+      cannot_lower(n, "its split '" + sv.name + "' is computed at run time and not known to be a scalar or 1-D");
+    sp.list = sp.c ? !sp.c->scalar : sv.shape.rank() == 1;
+    if (sp.c)
+      for (int64_t s : sp.c->values)
+        if (s < 0 || (!sp.list && s == 0))
+          cannot_lower(n, "its split '" + sv.name + "' holds the piece size " + std::to_string(s));
+  }
+  sp.squeeze = sp.split == kNoValue && n.attrs.get_int("keepdims", 1) == 0;
+  for (NodeId r : idx.consumers[seq]) {
+    const Node& rn = g.nodes[r];
+    if (!pattern::is_onnx(rn, "SequenceAt") || rn.inputs.size() != 2 || rn.inputs[0] != seq ||
+        rn.outputs.size() != 1 || rn.outputs[0] == kNoValue)
+      cannot_lower(n, "its sequence '" + g.value(seq).name + "' is read by " + rn.describe());
+    const std::optional<ConstInts> p = const_ints(g, idx, rn.inputs[1]);
+    if (!p || p->values.size() != 1)
+      cannot_lower(n, rn.describe() + " reads its sequence at a position computed at run time");
+    sp.picks[r] = p->values[0];
+  }
+  return sp;
+}
+
+// The piece sizes when their count is static: a 1-D split's length, or a constant scalar split of
+// a known dim; nullopt otherwise (the Slice lowering). Entries are -1 where only run time knows.
+std::optional<std::vector<int64_t>> static_sizes(const Graph& g, const SeqSplit& sp) {
+  const Dim& d = g.value(sp.x).shape.dims[sp.axis];
+  if (sp.list) {
+    if (sp.c) return sp.c->values;
+    const Shape& ss = g.value(sp.split).shape;
+    if (!ss.dims[0].is_known()) return std::nullopt;
+    return std::vector<int64_t>(static_cast<size_t>(ss.dims[0].value), -1);
+  }
+  const int64_t chunk = sp.split == kNoValue ? 1 : sp.c ? sp.c->values.at(0) : 0;
+  if (chunk <= 0 || !d.is_known()) return std::nullopt;
   std::vector<int64_t> sizes;
-  for (int64_t left = xs.dims[axis].value; left > 0; left -= chunk) sizes.push_back(std::min(left, chunk));
+  for (int64_t left = d.value; left > 0; left -= chunk) sizes.push_back(std::min(left, chunk));
   return sizes;
+}
+
+// The nodes a lowering adds, in order, typed int64 of shape [1] unless said otherwise.
+struct Emitter {
+  Graph& g;
+  std::string base;  // names of new values and nodes start with it
+  std::vector<Node> nodes;
+
+  ValueId konst(int64_t v) {
+    const ValueId id = g.new_value(base + "/const", DType::kInt64, Shape::of({Dim::known(1)}));
+    g.initializers[id] = TensorData::from_int64s({v});
+    return id;
+  }
+  void emit(const std::string& op, std::vector<ValueId> ins, std::vector<ValueId> outs, Attributes a = {}) {
+    nodes.push_back(Node{"", op, g.unique_node_name(base + "/" + op), std::move(ins), std::move(outs), std::move(a)});
+  }
+  ValueId op(const std::string& op, std::vector<ValueId> ins, Attributes a = {}, DType t = DType::kInt64) {
+    const ValueId y = g.new_value(base + "/" + op, t, Shape::of({Dim::known(1)}));
+    emit(op, std::move(ins), {y}, std::move(a));
+    return y;
+  }
+};
+
+int64_t saturating_mul(int64_t a, int64_t b) {  // a, b >= 0; Slice clamps anything past the dim
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+
+// Rewrites nodes[at] into one Split; its readers read the Split's outputs.
+void lower_to_split(Graph& g, size_t at, const SeqSplit& sp, const std::vector<int64_t>& sizes) {
+  const Node seq = g.nodes[at];
+  const int64_t n = static_cast<int64_t>(sizes.size());
+  const Shape xs = g.value(sp.x).shape;
+  std::map<NodeId, int64_t> picks;  // SequenceAt node -> the Split output it reads
+  for (const auto& [r, p] : sp.picks) {
+    if (p < -n || p >= n)
+      cannot_lower(seq, g.nodes[r].describe() + " reads position " + std::to_string(p) + " of " +
+                            std::to_string(n) + " pieces");
+    picks[r] = p < 0 ? p + n : p;
+  }
+  // Split output k is the first plain pick's own value (so that pick disappears), otherwise a
+  // fresh value typed from x with the axis sized per piece.
+  std::vector<ValueId> outs(n, kNoValue);
+  if (!sp.squeeze)
+    for (const auto& [r, k] : picks)
+      if (outs[k] == kNoValue) outs[k] = g.nodes[r].outputs[0];
+  for (int64_t k = 0; k < n; ++k) {
+    if (outs[k] != kNoValue) continue;
+    Shape os = xs;
+    os.dims[sp.axis] = sizes[k] >= 0 ? Dim::known(sizes[k]) : Dim{};
+    outs[k] = g.new_value(g.value(seq.outputs[0]).name + "/split_" + std::to_string(k), g.value(sp.x).dtype, os);
+  }
+  ValueId split = sp.split;
+  if (sp.c || sp.split == kNoValue) {  // sizes derived from a constant: one int64 list
+    split = g.new_value(g.value(seq.outputs[0]).name + "/sizes", DType::kInt64, Shape::of({Dim::known(n)}));
+    g.initializers[split] = TensorData::from_int64s(sizes);
+  }
+  Attributes sa;
+  sa.set("axis", sp.axis);
+  pattern::replace_node(g.nodes[at], Node{"", "Split", seq.name, {sp.x, split}, outs, std::move(sa)});
+  std::vector<char> drop(g.nodes.size(), 0);
+  for (const auto& [r, k] : picks) {
+    Node& rn = g.nodes[r];
+    if (sp.squeeze) {  // keepdims=0: the pick is x's piece without the split axis
+      ValueId axes = g.new_value(rn.name + "/axes", DType::kInt64, Shape::of({Dim::known(1)}));
+      g.initializers[axes] = TensorData::from_int64s({sp.axis});
+      pattern::replace_node(rn, Node{"", "Squeeze", rn.name, {outs[k], axes}, rn.outputs, {}});
+    } else if (rn.outputs[0] == outs[k]) {
+      drop[r] = 1;  // Split now produces this value
+    } else {  // a second pick of the same piece keeps its own value
+      pattern::replace_node(rn, Node{"", "Identity", rn.name, {outs[k]}, rn.outputs, {}});
+    }
+  }
+  pattern::erase_nodes(g, drop);
+}
+
+// Rewrites nodes[at] into the shape arithmetic its readers share and each SequenceAt into
+// Slice(x, start, end, [axis]) (+ Squeeze for keepdims=0). With a piece size s, piece k >= 0 is
+// [k·s, (k+1)·s) (Slice clamps the ragged last one); piece p < 0 is piece n + p of the
+// n = ceil(D / s) pieces of D = x.shape[axis], clamped at 0 so a missing piece is empty.
+void lower_to_slices(Graph& g, size_t at, const SeqSplit& sp) {
+  const Node seq = g.nodes[at];
+  Emitter e{g, seq.name, {}};
+  std::map<NodeId, std::vector<Node>> at_pick;  // SequenceAt node -> the nodes replacing it
+  const int64_t c = sp.split == kNoValue ? 1 : sp.c ? sp.c->values[0] : 0;  // 0: known at run time
+  ValueId s = kNoValue, n = kNoValue, zero = kNoValue;
+  if (c == 0) {  // s = the scalar split as [1] int64, for the Slice arithmetic
+    s = e.op("Reshape", {sp.split, e.konst(1)}, {}, g.value(sp.split).dtype);
+    if (g.value(s).dtype != DType::kInt64) {
+      Attributes to;
+      to.set("to", static_cast<int64_t>(DType::kInt64));
+      s = e.op("Cast", {s}, std::move(to));
+    }
+  }
+  const bool any_negative = std::any_of(sp.picks.begin(), sp.picks.end(), [](const auto& rp) { return rp.second < 0; });
+  if (any_negative && c != 1) {  // n = (D + s - 1) / s
+    Attributes range;
+    range.set("start", sp.axis);
+    range.set("end", sp.axis + 1);
+    const ValueId d = e.op("Shape", {sp.x}, std::move(range));
+    const ValueId s_minus_1 = c ? e.konst(c - 1) : e.op("Sub", {s, e.konst(1)});
+    n = e.op("Div", {e.op("Add", {d, s_minus_1}), c ? e.konst(c) : s});
+    zero = e.konst(0);
+    if (c) s = e.konst(c);
+  }
+  std::vector<Node> shared = std::move(e.nodes);
+
+  for (const auto& [r, p] : sp.picks) {
+    const Node& rn = g.nodes[r];
+    e.nodes.clear();
+    ValueId start, end;
+    if (p >= 0 && c) {
+      start = e.konst(saturating_mul(p, c));
+      end = e.konst(saturating_mul(p + 1, c));
+    } else if (p >= 0) {
+      auto times_s = [&](int64_t k) { return k == 0 ? e.konst(0) : k == 1 ? s : e.op("Mul", {s, e.konst(k)}); };
+      start = times_s(p);
+      end = times_s(p + 1);
+    } else if (c == 1) {  // pieces of 1: Slice's own negative indices count from the end
+      start = e.konst(p);
+      end = e.konst(p == -1 ? std::numeric_limits<int64_t>::max() : p + 1);
+    } else {
+      const ValueId first = e.op("Mul", {e.op("Add", {n, e.konst(p)}), s});
+      start = e.op("Max", {first, zero});
+      end = e.op("Max", {e.op("Add", {first, s}), zero});
+    }
+    const ValueId y = rn.outputs[0];
+    ValueId piece = y;
+    if (sp.squeeze) {
+      Shape ps = g.value(sp.x).shape;
+      ps.dims[sp.axis] = Dim::known(1);
+      piece = g.new_value(g.value(y).name + "/piece", g.value(sp.x).dtype, ps);
+    }
+    if (!g.value(y).shape.rank_known) {  // the exporter's shape, else x's with the axis unknown/gone
+      Shape ys = g.value(sp.x).shape;
+      ys.dims[sp.axis] = Dim{};
+      if (sp.squeeze) ys.dims.erase(ys.dims.begin() + sp.axis);
+      g.value(y).shape = std::move(ys);
+    }
+    e.emit("Slice", {sp.x, start, end, e.konst(sp.axis)}, {piece});
+    if (sp.squeeze) e.emit("Squeeze", {piece, e.konst(sp.axis)}, {y});
+    for (Node& k : e.nodes) k.in_backward = rn.in_backward;
+    at_pick[r] = std::move(e.nodes);
+  }
+
+  std::vector<Node> out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto it = at_pick.find(static_cast<NodeId>(i));
+    if (i == at) {
+      for (Node& k : shared) k.in_backward = seq.in_backward, out.push_back(std::move(k));
+    } else if (it != at_pick.end()) {
+      for (Node& k : it->second) out.push_back(std::move(k));
+    } else {
+      out.push_back(std::move(g.nodes[i]));
+    }
+  }
+  g.nodes = std::move(out);
 }
 
 class SequenceToSplit final : public Pass {
@@ -55,77 +276,30 @@ class SequenceToSplit final : public Pass {
   std::string_view name() const override { return "sequence_to_split"; }
   bool can_disable() const override { return false; }  // no kernel or gradient takes sequences
 
+  // Every SplitToSequence goes (or the pass throws). A lowering replaces nodes[i] and its readers
+  // (all after it) and leaves the nodes before i as they were, so the scan goes on from i.
   bool run(Graph& g) override {
     bool changed = false;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (g.nodes[i].op_type == "SplitToSequence" && g.nodes[i].domain.empty()) changed |= rewrite(g, i);
-    return changed;
-  }
-
- private:
-  // Rewrites nodes[at] and its SequenceAt readers in place; false (graph untouched) when any
-  // reader is something else or any position or size is not static.
-  bool rewrite(Graph& g, size_t at) {
-    const GraphIndex idx(g);
-    const Node seq = g.nodes[at];
-    if (seq.inputs.empty() || seq.inputs[0] == kNoValue || seq.outputs.size() != 1) return false;
-    const ValueId x = seq.inputs[0], s = seq.outputs[0];
-    for (ValueId o : g.outputs)
-      if (o == s) return false;
-    const Shape xs = g.value(x).shape;
-    if (!xs.rank_known) return false;
-    int64_t axis = seq.attrs.get_int("axis", 0);
-    if (axis < -xs.rank() || axis >= xs.rank()) return false;
-    if (axis < 0) axis += xs.rank();
-    const std::optional<std::vector<int64_t>> sizes = static_sizes(g, idx, seq, axis);
-    if (!sizes || sizes->empty()) return false;
-    const int64_t n = static_cast<int64_t>(sizes->size());
-    // keepdims=0 drops the split axis, but only when no split input was given (chunks of 1).
-    const bool squeeze =
-        (seq.inputs.size() < 2 || seq.inputs[1] == kNoValue) && seq.attrs.get_int("keepdims", 1) == 0;
-
-    std::map<NodeId, int64_t> picks;  // SequenceAt node -> the Split output it reads
-    for (NodeId r : idx.consumers[s]) {
-      const Node& rn = g.nodes[r];
-      if (rn.op_type != "SequenceAt" || !rn.domain.empty() || rn.inputs.size() != 2 || rn.inputs[0] != s)
-        return false;
-      std::optional<ConstInts> p = const_ints(g, idx, rn.inputs[1]);
-      if (!p || p->values.size() != 1 || p->values[0] < -n || p->values[0] >= n) return false;
-      picks[r] = p->values[0] < 0 ? p->values[0] + n : p->values[0];
-    }
-
-    // Split output k is the first plain pick's own value (so that pick disappears), otherwise a
-    // fresh value typed from x with the axis sized per chunk.
-    std::vector<ValueId> outs(n, kNoValue);
-    if (!squeeze)
-      for (const auto& [r, k] : picks)
-        if (outs[k] == kNoValue) outs[k] = g.nodes[r].outputs[0];
-    for (int64_t k = 0; k < n; ++k) {
-      if (outs[k] != kNoValue) continue;
-      Shape os = xs;
-      os.dims[axis] = Dim::known((*sizes)[k]);
-      outs[k] = g.new_value(g.value(s).name + "/split_" + std::to_string(k), g.value(x).dtype, os);
-    }
-    ValueId split = g.new_value(g.value(s).name + "/sizes", DType::kInt64, Shape::of({Dim::known(n)}));
-    g.initializers[split] = TensorData::from_int64s(*sizes);
-    Attributes sa;
-    sa.set("axis", axis);
-    g.nodes[at] = Node{"", "Split", seq.name, {x, split}, outs, std::move(sa)};
-    std::vector<char> drop(g.nodes.size(), 0);
-    for (const auto& [r, k] : picks) {
-      Node& rn = g.nodes[r];
-      if (squeeze) {  // keepdims=0: the pick is x's chunk without the split axis
-        ValueId axes = g.new_value(rn.name + "/axes", DType::kInt64, Shape::of({Dim::known(1)}));
-        g.initializers[axes] = TensorData::from_int64s({axis});
-        rn = Node{"", "Squeeze", rn.name, {outs[k], axes}, rn.outputs, {}};
-      } else if (rn.outputs[0] == outs[k]) {
-        drop[r] = 1;  // Split now produces this value
-      } else {  // a second pick of the same chunk keeps its own value
-        rn = Node{"", "Identity", rn.name, {outs[k]}, rn.outputs, {}};
+    for (size_t i = 0; i < g.nodes.size();) {
+      if (!pattern::is_onnx(g.nodes[i], "SplitToSequence")) { ++i; continue; }
+      changed = true;
+      const GraphIndex idx(g);
+      const std::vector<ValueId>& outs = g.nodes[i].outputs;
+      if (outs.empty() || outs[0] == kNoValue ||
+          (idx.consumers[outs[0]].empty() && !pattern::is_graph_output(g, outs[0]))) {
+        g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));  // nothing reads it
+        continue;
       }
+      const SeqSplit sp = read(g, idx, static_cast<NodeId>(i));
+      if (const std::optional<std::vector<int64_t>> sizes = static_sizes(g, sp))
+        lower_to_split(g, i, sp, *sizes);
+      else if (sp.list)
+        cannot_lower(g.nodes[i], "its split list '" + g.value(sp.split).name + "' has a length known only at run time");
+      else
+        lower_to_slices(g, i, sp);
+      ++i;
     }
-    pattern::erase_nodes(g, drop);
-    return true;
+    return changed;
   }
 };
 
