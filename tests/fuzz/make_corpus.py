@@ -3,8 +3,9 @@
 Each tiny training model takes one step through ORTModule with
   * ORTMODULE_CACHE_DIR set: `<key>.onnx` is the graph the engine imports (parameters as graph
     inputs, no weights) -> `<name>.cache.pb`;
-  * DebugOptions(save_onnx=True): the engine's optimized forward graph (our fused ops) and its
-    forward+backward graph (gradient ops) -> `<name>.optimized.pb`, `<name>.training.pb`.
+  * DebugOptions(save_onnx=True): the engine's optimized forward graph (our fused ops,
+    `<name>_optimized_pre_grad_training.onnx`) and its forward+backward graph (gradient ops,
+    `<name>_execution_model_training.onnx`) -> `<name>.optimized.pb`, `<name>.training.pb`.
 The extension is .pb, not .onnx, because the repository ignores *.onnx files.
 
     .venv/bin/python tests/fuzz/make_corpus.py        # rewrites tests/fuzz/corpus/*.pb
@@ -132,8 +133,8 @@ def main() -> None:
             loss.backward()
             graphs = {"cache": [os.path.join(cache, f) for f in set(os.listdir(cache)) - before
                                 if f.endswith(".onnx")]}
-            for kind in ("optimized", "training"):
-                graphs[kind] = glob.glob(os.path.join(saved, f"{name}_{kind}_*.onnx"))
+            for kind, stage in (("optimized", "optimized_pre_grad"), ("training", "execution_model")):
+                graphs[kind] = glob.glob(os.path.join(saved, f"{name}_{stage}_training.onnx"))
             for kind, paths in graphs.items():
                 if len(paths) != 1:
                     raise SystemExit(f"{name}: expected one {kind} graph, found {paths}")

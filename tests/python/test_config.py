@@ -100,7 +100,8 @@ def test_save_onnx_path_holds_the_files(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="p"))(torch.randn(2, 4)).backward()
     assert sorted(p.name for p in target.iterdir()) == [
-        "p_optimized_training.onnx", "p_torch_exported_training.onnx", "p_training_training.onnx"]
+        "p_execution_model_training.onnx", "p_optimized_pre_grad_training.onnx",
+        "p_torch_exported_training.onnx"]
     assert not list(tmp_path.glob("p_*.onnx"))
 
 
@@ -117,6 +118,108 @@ def test_debug_options_fields(tmp_path, monkeypatch, torch_ort_log):
     torch_ort_log.clear()
     ORTModule(Small(), DebugOptions(log_level=LogLevel.WARNING))(torch.randn(2, 4))
     assert not any("exported Small" in m for m in messages(torch_ort_log))  # silenced at WARNING
+
+
+# Each wrong DebugOptions argument and what it raises. ONNX Runtime raises TypeError for a
+# non-LogLevel log_level, and for a non-str onnx_prefix when save_onnx is set; we check every
+# argument's type whatever save_onnx is (docs/migration.md).
+BAD_DEBUG_OPTIONS = [
+    (dict(save_onnx=True, onnx_prefix=23), TypeError, "onnx_prefix must be a str"),
+    (dict(onnx_prefix=23), TypeError, "onnx_prefix must be a str"),
+    (dict(save_onnx="no", onnx_prefix="m"), TypeError, "save_onnx must be True or False"),
+    (dict(save_onnx=1, onnx_prefix="m"), TypeError, "save_onnx must be True or False"),
+    (dict(log_level="INFO"), TypeError, "log_level must be a LogLevel.*use LogLevel.INFO"),
+    (dict(log_level=1), TypeError, "log_level must be a LogLevel"),
+    (dict(save_path=7), TypeError, "save_path must be a str"),
+    (dict(save_onnx=True), ValueError, "needs an onnx_prefix"),
+    (dict(save_onnx=True, onnx_prefix=""), ValueError, "needs an onnx_prefix"),
+]
+
+
+@pytest.mark.parametrize("kwargs,error,message", BAD_DEBUG_OPTIONS, ids=lambda x: str(x))
+def test_debug_options_refuses_a_wrong_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        DebugOptions(**kwargs)
+
+
+def test_debug_options_refuses_a_directory_it_cannot_write(monkeypatch, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(not_a_dir / "graphs"))
+    with pytest.raises(OSError, match="is not a directory.*ORTMODULE_SAVE_ONNX_PATH"):
+        DebugOptions(save_onnx=True, onnx_prefix="m")
+    DebugOptions(save_onnx=False)  # nothing is written: nothing to check
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "new" / "graphs"))
+    assert DebugOptions(save_onnx=True, onnx_prefix="m").save_dir == str(tmp_path / "new" / "graphs")
+
+
+def test_debug_options_accepts_onnx_runtimes_forms(monkeypatch, tmp_path):
+    monkeypatch.delenv("ORTMODULE_SAVE_ONNX_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    positional = DebugOptions(LogLevel.INFO, True, "m")  # ORT's argument order
+    assert (positional.log_level, positional.save_onnx, positional.onnx_prefix) == (LogLevel.INFO, True, "m")
+    assert positional.save_dir == str(tmp_path)
+    elsewhere = tmp_path / "chosen"
+    assert DebugOptions(save_onnx=True, onnx_prefix="m", save_path=str(elsewhere)).save_dir == str(elsewhere)
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "env"))  # the variable wins
+    assert DebugOptions(save_onnx=True, onnx_prefix="m", save_path=str(elsewhere)).save_dir == \
+        str(tmp_path / "env")
+    assert DebugOptions(log_level=LogLevel.FATAL, save_onnx=False, onnx_prefix="").log_level == LogLevel.FATAL
+
+
+def saved_files(target):
+    return sorted(p.name for p in target.iterdir())
+
+
+def test_save_onnx_uses_onnx_runtimes_file_names_per_mode(monkeypatch, tmp_path):
+    """{prefix}_{stage}_{mode}.onnx with ORT's stage names; the mode is said once, `training` for
+    an engine with gradients and `inference` for a forward-only one."""
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "train"))
+    ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="p"))(torch.randn(2, 4)).backward()
+    assert saved_files(tmp_path / "train") == [
+        "p_execution_model_training.onnx", "p_optimized_pre_grad_training.onnx",
+        "p_torch_exported_training.onnx"]
+    run = onnx.load(str(tmp_path / "train" / "p_execution_model_training.onnx")).graph
+    pre_grad = onnx.load(str(tmp_path / "train" / "p_optimized_pre_grad_training.onnx")).graph
+    assert any(n.op_type.endswith("Grad") for n in run.node)          # forward + backward
+    assert not any(n.op_type.endswith("Grad") for n in pre_grad.node)  # before autodiff
+
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "eval"))
+    model = ORTModule(Small().eval(), DebugOptions(save_onnx=True, onnx_prefix="p"))
+    with torch.no_grad():
+        model(torch.randn(2, 4))
+    assert saved_files(tmp_path / "eval") == ["p_execution_model_inference.onnx",
+                                              "p_torch_exported_inference.onnx"]
+    run = onnx.load(str(tmp_path / "eval" / "p_execution_model_inference.onnx")).graph
+    assert not any(n.op_type.endswith("Grad") for n in run.node)
+
+    # A training-mode module called without gradients runs a forward-only engine: its files say
+    # inference (as ORT, whose inference manager runs it) and leave the training ones alone.
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "both"))
+    model = ORTModule(Small(), DebugOptions(save_onnx=True, onnx_prefix="p"))
+    model(torch.randn(2, 4)).backward()
+    with torch.no_grad():
+        model(torch.randn(2, 4))
+    assert saved_files(tmp_path / "both") == [
+        "p_execution_model_inference.onnx", "p_execution_model_training.onnx",
+        "p_optimized_pre_grad_training.onnx", "p_torch_exported_inference.onnx",
+        "p_torch_exported_training.onnx"]
+    run = onnx.load(str(tmp_path / "both" / "p_execution_model_training.onnx")).graph
+    assert any(n.op_type.endswith("Grad") for n in run.node)
+
+
+def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch, torch_ort_log):
+    from torch_ort.ortmodule import config
+    monkeypatch.setattr(config, "_told", set())
+    assert not {v.name for v in config.ORT_ONLY} & {v.name for v in VARIABLES}
+    monkeypatch.setenv("ORTMODULE_PRINT_INPUT_DENSITY", "1")
+    monkeypatch.setenv("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
+    for _ in range(2):
+        ORTModule(Small())(torch.randn(2, 4))
+    told = [m for m in messages(torch_ort_log, logging.WARNING) if "has no effect in torch_ort" in m]
+    assert len(told) == 2, told  # one line per variable, not per module
+    assert any(m.startswith("ORTMODULE_PRINT_INPUT_DENSITY is ONNX Runtime's") and "ignore_index" in m
+               for m in told)
 
 
 def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):

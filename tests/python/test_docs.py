@@ -1,13 +1,14 @@
 """The docs match the code: the user guide's variable table is config.documentation(), every
-public name is in the guide, every ORTMODULE_* name the docs mention exists, and the README
-points to both guides."""
+public name is in the guide, every ORTMODULE_* name the docs mention exists (ours, or ONNX
+Runtime's that we do not read: config.ORT_ONLY), the README points to both guides, and the
+migration page explains every ORT_ONLY variable and keeps its two sections."""
 import pathlib
 import re
 
 import torch_ort
 import torch_ort.optim
 import torch_ort.utils.data
-from torch_ort.ortmodule.config import VARIABLES, documentation
+from torch_ort.ortmodule.config import ORT_ONLY, VARIABLES, documentation
 
 ROOT = pathlib.Path(__file__).parents[2]
 GUIDE = (ROOT / "docs" / "user_guide.md").read_text()
@@ -23,7 +24,7 @@ def test_guide_lists_every_variable_as_the_table_defines_it():
 
 
 def test_docs_name_no_variable_that_does_not_exist():
-    known = {v.name for v in VARIABLES}
+    known = {v.name for v in VARIABLES} | {v.name for v in ORT_ONLY}
     for name, text in (("README.md", README), *OTHER_DOCS.items()):
         named = set(re.findall(r"ORTMODULE_[A-Z_]+[A-Z]", text))
         assert named <= known, f"{name} names unknown variables {sorted(named - known)}"
@@ -38,3 +39,16 @@ def test_guide_covers_the_public_api():
 
 def test_readme_points_to_the_guides():
     assert "docs/user_guide.md" in README and "docs/contributing.md" in README
+
+
+def test_migration_page_is_linked_and_explains_what_we_do_not_read():
+    page = OTHER_DOCS["migration.md"]
+    assert "(migration.md)" in GUIDE
+    sections = re.findall(r"^## (.+)$", page, flags=re.M)
+    assert sections == ["Matched", "Behaviours that differ, on purpose"], sections
+    differences = page.split("## Behaviours that differ, on purpose")[1]
+    for var in ORT_ONLY:
+        assert f"`{var.name}" in differences, f"migration.md does not say why {var.name} is not read"
+    # one entry per difference: each a bullet opening with a bold title
+    entries = [line for line in differences.splitlines() if line.startswith("- ")]
+    assert entries and all(line.startswith("- **") for line in entries), entries

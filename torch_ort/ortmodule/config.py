@@ -3,7 +3,8 @@
 ORTModule reads the table once, when it is constructed (`Settings.from_env()`); an invalid value
 raises a ValueError that names the variable and lists the valid values. Variables whose effect
 belongs to a later stage (memory optimizer, compute optimizer, efficient attention) are parsed and
-validated here, and the stage reads them from the same Settings.
+validated here, and the stage reads them from the same Settings. ONNX Runtime's variables that we
+do not read are in a second table, ORT_ONLY: setting one logs, once, that it has no effect here.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from torch_ort.ortmodule.fallback import DEFAULT_POLICY, FallbackPolicy, parse_policy
-from torch_ort.ortmodule.options import LogLevel, parse_flags, parse_log_level
+from torch_ort.ortmodule.options import LOGGER, LogLevel, parse_flags, parse_log_level
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -183,7 +184,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|INFO|WARNING|ERROR|FATAL", None, _log_level,
              "overrides DebugOptions.log_level; ranks other than 0 stay quiet at INFO and above"),
     Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, _path,
-             "directory DebugOptions(save_onnx=True) writes to (default: the current directory)"),
+             "directory DebugOptions(save_onnx=True) writes to, read when the DebugOptions is made "
+             "(default: its save_path, else the current directory)"),
     Variable("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "enable_custom_autograd", "bool", True, _bool,
              "run torch.autograd.Function calls as PythonOp nodes (0: let the exporter inline them)"),
     Variable("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", "disable_custom_autograd", "bool", False, _bool,
@@ -235,6 +237,36 @@ VARIABLES: tuple[Variable, ...] = (
 
 
 @dataclass(frozen=True)
+class OrtOnly:
+    name: str    # ONNX Runtime's environment variable
+    reason: str  # why torch_ort does not read it (docs/migration.md has the entry)
+
+
+ORT_ONLY: tuple[OrtOnly, ...] = (
+    OrtOnly("ORTMODULE_PRINT_INPUT_DENSITY",
+            "ORT logs, every step, the share of label inputs not equal to the loss's ignore_index and "
+            "of embedding ids not equal to padding_idx, to steer its sparsity rewrites; there are no "
+            "such rewrites here, and a count every step would make each step wait on the device"),
+    OrtOnly("ORTMODULE_ENABLE_SPARSE_OPTIMIZER",
+            "ORT's label-sparsity rewrite (the loss computed only over labels other than "
+            "ignore_index) has no counterpart here"),
+    OrtOnly("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER",
+            "ORT's embedding-sparsity rewrite (padding ids removed before the embedding) has no "
+            "counterpart here"),
+)
+
+_told: set = set()  # ORT_ONLY variables already reported in this process
+
+
+def _tell_ort_only(environ) -> None:
+    for var in ORT_ONLY:
+        if environ.get(var.name, "").strip() and var.name not in _told:
+            _told.add(var.name)
+            LOGGER.warning("%s is ONNX Runtime's and has no effect in torch_ort: %s "
+                           "(docs/migration.md)", var.name, var.reason)
+
+
+@dataclass(frozen=True)
 class Settings:
     """The parsed value of every variable (attribute names: Variable.field)."""
 
@@ -249,6 +281,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
         environ = os.environ if environ is None else environ
+        _tell_ort_only(environ)
         values = {}
         for var in VARIABLES:
             text = environ.get(var.name, "")

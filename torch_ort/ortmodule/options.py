@@ -66,27 +66,74 @@ def _rank() -> int:
         return 0
 
 
+# DebugOptions' arguments and the type each must have: checked whatever save_onnx is (ORT checks
+# onnx_prefix only when save_onnx is set, and save_onnx not at all; docs/migration.md says why).
+_ARGUMENT_TYPES = {
+    "log_level": (LogLevel, "a LogLevel such as LogLevel.INFO"),
+    "save_onnx": (bool, "True or False"),
+    "onnx_prefix": (str, "a str: the saved files' name prefix"),
+    "save_path": (str, "a str: the directory for the saved files (ORTMODULE_SAVE_ONNX_PATH wins)"),
+}
+
+
+def _check_writable(directory: str) -> None:
+    """OSError unless `directory` is a writable directory or can be created as one (its nearest
+    existing ancestor is a writable directory): save_onnx fails here, not after the first export."""
+    existing = directory
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        why = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    else:
+        return
+    raise OSError(f"DebugOptions(save_onnx=True) cannot write to {directory} ({why}); set "
+                  "ORTMODULE_SAVE_ONNX_PATH, or DebugOptions(save_path=...), to a writable directory")
+
+
 @dataclass
 class DebugOptions:
-    """What ORTModule logs and saves. ORTMODULE_LOG_LEVEL, when set, overrides log_level."""
+    """What ORTModule logs and saves, checked as ONNX Runtime's DebugOptions checks it (TypeError
+    for a wrong type, ValueError for save_onnx without onnx_prefix, OSError for a directory that
+    cannot be written). ORTMODULE_LOG_LEVEL, when set, overrides log_level;
+    ORTMODULE_SAVE_ONNX_PATH, when set, overrides save_path. Both are read here, at construction."""
 
     log_level: LogLevel = LogLevel.WARNING
     save_onnx: bool = False
     onnx_prefix: str = ""
+    save_path: str = ""  # save_onnx's directory when ORTMODULE_SAVE_ONNX_PATH is unset (default: cwd)
 
     def __post_init__(self):
-        if not isinstance(self.log_level, LogLevel):
-            raise TypeError(f"log_level must be a LogLevel, got {self.log_level!r}")
+        for name, (kind, expected) in _ARGUMENT_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                named = value.strip().upper() if isinstance(value, str) else None
+                hint = f"; use LogLevel.{named}" if kind is LogLevel and named in LogLevel.__members__ else ""
+                raise TypeError(f"DebugOptions({name}={value!r}): {name} must be {expected}, got "
+                                f"{type(value).__name__}{hint}")
         if self.save_onnx and not self.onnx_prefix:
             raise ValueError("DebugOptions(save_onnx=True) needs an onnx_prefix for the file names")
         env = os.environ.get("ORTMODULE_LOG_LEVEL", "").strip()
         if env:
             self.log_level = parse_log_level(env)
+        self._save_dir = None
+        if self.save_onnx:
+            self._save_dir = self._resolve_save_dir()
+            _check_writable(self._save_dir)
+
+    def _resolve_save_dir(self) -> str:
+        chosen = os.environ.get("ORTMODULE_SAVE_ONNX_PATH") or self.save_path or os.getcwd()
+        return os.path.abspath(os.path.expanduser(chosen))
 
     @property
-    def save_path(self) -> str:
-        """Directory save_onnx writes to: ORTMODULE_SAVE_ONNX_PATH, else the current directory."""
-        return os.path.abspath(os.environ.get("ORTMODULE_SAVE_ONNX_PATH") or os.getcwd())
+    def save_dir(self) -> str:
+        """Directory save_onnx writes to: ORTMODULE_SAVE_ONNX_PATH, else save_path, else the
+        current directory, as they were when these options were made."""
+        return self._save_dir or self._resolve_save_dir()
 
     def apply_log_level(self) -> None:
         """Sets the torch_ort logger's level; ranks other than 0 stay quiet at INFO and above

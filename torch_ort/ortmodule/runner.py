@@ -224,15 +224,28 @@ class GraphRunner:
         return engine
 
     def _save(self, engine, training: bool) -> None:
-        base = os.path.join(self._debug.save_path, self._debug.onnx_prefix)
-        os.makedirs(self._debug.save_path, exist_ok=True)
+        """DebugOptions(save_onnx=True): each stage under ONNX Runtime's file name for that stage,
+        `{prefix}_{stage}_{mode}.onnx`, mode `training` for an engine with gradients (ORT's training
+        manager) and `inference` for a forward-only one, so neither overwrites the other. Training
+        engines write torch_exported (the exporter's graph), optimized_pre_grad (the forward after
+        our passes, before autodiff) and execution_model (forward+backward as the engine runs it:
+        recompute and host placement applied); inference engines write torch_exported and
+        execution_model (the forward that runs). ORT's post_processed and optimized stages have no
+        graph of their own here (docs/migration.md)."""
+        directory = self._debug.save_dir
+        base = os.path.join(directory, self._debug.onnx_prefix)
+        os.makedirs(directory, exist_ok=True)
         exported = (exported_with_weights(self.export) if self.export.raw_model is not None
                     else self.export.onnx_bytes)  # from the cache: weights stay graph inputs
-        files = {f"{base}_torch_exported_{self._mode}.onnx": exported,
-                 f"{base}_optimized_{self._mode}.onnx": engine.forward_graph_onnx()}
+        stages = {"torch_exported": lambda: exported}
         if training:
-            files[f"{base}_training_{self._mode}.onnx"] = engine.training_graph_onnx()
-        for path, data in files.items():
+            stages["optimized_pre_grad"] = engine.forward_graph_onnx
+            stages["execution_model"] = engine.training_graph_onnx
+        else:
+            stages["execution_model"] = engine.forward_graph_onnx
+        mode = "training" if training else "inference"
+        for stage, graph in stages.items():
+            path = f"{base}_{stage}_{mode}.onnx"
             with open(path, "wb") as f:
-                f.write(data)
+                f.write(graph())
             LOGGER.info("saved %s", path)

@@ -1,10 +1,14 @@
 """Load-balancing distributed samplers: every rank gets samples of similar complexity at every
 step, so no rank waits on a straggler holding the longest sequences.
 
-Order of work per epoch (all ranks compute the same order from seed and epoch, no communication):
-complexities (once) -> seeded noise (random_level) -> sort, whole dataset or within groups ->
-shuffle groups -> drop or pad to a multiple of world_size -> deal chunks of world_size neighbours,
-one to each rank, alternating direction -> shuffle chunk order."""
+Order of work per epoch, ONNX Runtime's (same seed, epoch, world size and rank: the same indices
+in the same order, so a run moves between the two mid-epoch; docs/migration.md), every rank
+computing it alone: complexities (once) -> noise -> sort, whole dataset or within groups -> with
+group_size, shuffle the groups -> cut into chunks of world_size neighbours, padding by wrapping
+round to the order's start (or dropping the tail) -> without group_size, shuffle the chunks ->
+rank r takes element r of each chunk. The random draws all come from one CPU torch.Generator
+seeded with seed + epoch, in that order: noise (only when random_level makes any), then the group
+or the chunk permutation."""
 from __future__ import annotations
 
 import math
@@ -48,11 +52,12 @@ class LoadBalancingDistributedSampler(Sampler[int]):
     ``complexity_fn(sample)`` (e.g. sequence length), so a step costs the same on every rank.
 
     ``group_size``: sort only within consecutive groups of that many samples (and, with shuffle,
-    shuffle the groups) instead of across the whole dataset. ``random_level`` in [0, 1]: noise of
-    up to (max - min complexity) * random_level is added before sorting, trading balance for
-    randomness (0: best balance). ``drop_last``: drop ``len(dataset) % world_size`` samples
-    (random ones when shuffling) instead of padding with repeats of similar samples.
-    Call ``set_epoch(e)`` before each epoch to reshuffle."""
+    shuffle the groups) instead of across the whole dataset. ``random_level`` in [0, 1]: integer
+    noise of up to (max - min complexity) * random_level is added before sorting, trading balance
+    for randomness (0: best balance). ``drop_last``: leave out the last ``len(dataset) %
+    world_size`` samples of the sorted order instead of padding with samples from its start.
+    Call ``set_epoch(e)`` before each epoch to reshuffle. The order is ONNX Runtime's (module
+    docstring), so it may be iterated any number of times (ORT's raises on a second pass)."""
 
     def __init__(self, dataset, complexity_fn: Callable[..., float], world_size: Optional[int] = None,
                  rank: Optional[int] = None, shuffle: bool = True, group_size: Optional[int] = None,
@@ -86,56 +91,55 @@ class LoadBalancingDistributedSampler(Sampler[int]):
         return self._complexities
 
     def set_epoch(self, epoch: int) -> None:
-        """A different order per epoch when shuffling or with random_level > 0 (same on all ranks)."""
+        """A different order per epoch when shuffling or with random_level > 0 (same on all ranks).
+        As in ORT the generator's seed is seed + epoch, so (seed 1, epoch 0) orders as (0, 1)."""
         self.epoch = int(epoch)
 
-    def _rng(self) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.epoch])
+    def _generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed + self.epoch)
 
-    def _sorted(self, rng: np.random.Generator) -> np.ndarray:
-        """Dataset indices with similar complexities next to each other."""
+    def _keys(self, generator: torch.Generator) -> np.ndarray:
+        """Complexities plus ORT's noise: integers drawn uniformly from
+        [0, int((max - min) * random_level + 1)), none when that bound is 1. Whole-number
+        complexities sort as int64, as ORT sorts them (a float array may order ties otherwise)."""
         keys = self.complexities()
+        if len(keys) and np.all(np.abs(keys) < 2.0 ** 53) and np.array_equal(keys, np.round(keys)):
+            keys = keys.astype(np.int64)
+        if not len(keys):
+            return keys
+        bound = int((keys.max() - keys.min()) * self.random_level + 1)
+        if bound > 1:
+            keys = keys + torch.randint(bound, (len(keys),), generator=generator).numpy()
+        return keys
+
+    def _sorted(self, generator: torch.Generator) -> np.ndarray:
+        """Dataset indices with similar complexities next to each other: sorted within each group
+        (the whole dataset when group_size is None) by numpy's default argsort, as in ORT, so
+        equal complexities come in the order it leaves them; groups shuffled when shuffle and
+        group_size are set."""
+        keys = self._keys(generator)
         n = len(keys)
-        if self.random_level > 0 and n:
-            spread = (keys.max() - keys.min()) * self.random_level
-            keys = keys + rng.uniform(0.0, spread, n)
-        if self.group_size is None:
-            return np.argsort(keys, kind="stable")
-        groups = [start + np.argsort(keys[start:start + self.group_size], kind="stable")
-                  for start in range(0, n, self.group_size)]
-        if self.shuffle:
-            groups = [groups[i] for i in rng.permutation(len(groups))]
+        size = self.group_size or max(n, 1)
+        groups = [start + np.argsort(keys[start:start + size]) for start in range(0, n, size)]
+        if self.shuffle and self.group_size is not None:
+            groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
         return np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
 
     def assignment(self) -> np.ndarray:
         """(len(self), world_size) dataset indices for this epoch: row i is every rank's i-th
-        sample, column r is rank r's samples in iteration order."""
-        rng = self._rng()
-        order = self._sorted(rng)
+        sample (one chunk of neighbours in the sorted order), column r is rank r's samples in
+        iteration order."""
+        generator = self._generator()
+        order = self._sorted(generator)
         n, ws = len(order), self.world_size
-        if self.drop_last:
-            extra = n - self.total_size
-            if extra:
-                drop = rng.choice(n, extra, replace=False) if self.shuffle else np.arange(n - extra, n)
-                order = np.delete(order, drop)
-        elif self.total_size > n:
-            order = np.concatenate([order, np.full(self.total_size - n, -1, dtype=order.dtype)])
-        chunks = order.reshape(self.num_samples, ws)
-        chunks[1::2] = chunks[1::2, ::-1]  # alternate direction: no rank always takes the lightest
-        if self.total_size > n:
-            # Fill the last, partial chunk's holes with the previous chunk's samples (similar
-            # complexity), each from another rank so no rank sees an index twice; with a single
-            # chunk (fewer samples than ranks), repeat its own samples.
-            last = chunks[-1]
-            holes = np.flatnonzero(last < 0)
-            if self.num_samples > 1:
-                last[holes] = chunks[-2][(holes + 1) % ws]
-            else:
-                real = last[last >= 0]
-                last[holes] = real[np.arange(len(holes)) % len(real)]
+        if not n:
+            return np.zeros((0, ws), dtype=np.int64)
+        rows = max(1, self.num_samples)
+        # Padding wraps round to the order's start; drop_last leaves out the tail (ORT's choices).
+        chunks = order[np.arange(rows * ws) % n].reshape(rows, ws)
         if self.shuffle and self.group_size is None:
-            chunks = chunks[rng.permutation(self.num_samples)]
-        return chunks
+            chunks = chunks[torch.randperm(rows, generator=generator).numpy()]
+        return chunks[:self.num_samples]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.assignment()[:, self.rank].tolist())
