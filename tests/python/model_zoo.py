@@ -1,5 +1,6 @@
-"""Small real models for model-level tests: Hugging Face GPT-2 and BERT from tiny configs (random
-init, nothing downloaded) and a nanoGPT written by hand; each comes with a batch maker."""
+"""Small real models for model-level tests: Hugging Face GPT-2, BERT and T5 from tiny configs
+(random init, nothing downloaded), a nanoGPT written by hand and a classifier taking its batch as
+one nested dict; each comes with a batch maker."""
 from __future__ import annotations
 
 import math
@@ -114,6 +115,45 @@ def nanogpt(dropout: float = 0.0):
     return NanoGPT(dropout=dropout)
 
 
+def t5(dropout: float = 0.0):
+    """T5ForConditionalGeneration (encoder-decoder; relative position bias, a learned attention
+    mask); labels make it shift them right into decoder inputs and compute the loss."""
+    tf = _quiet_transformers()
+    config = tf.T5Config(vocab_size=VOCAB, d_model=WIDTH, d_kv=WIDTH // HEADS, d_ff=2 * WIDTH,
+                         num_layers=LAYERS, num_decoder_layers=LAYERS, num_heads=HEADS,
+                         relative_attention_num_buckets=8, dropout_rate=dropout,
+                         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return tf.T5ForConditionalGeneration(config)
+
+
+class DictBatchClassifier(nn.Module):
+    """forward(self, batch, temperature=1.0) with batch = {"inputs": {"tokens", "features",
+    "mask"}, "labels"}: one positional dict holding a nested dict, and a defaulted argument after
+    it."""
+
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.project = nn.Linear(8, WIDTH)
+        self.mix = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(2 * WIDTH, WIDTH))
+        self.norm = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, 3)
+        nn.init.normal_(self.embed.weight, std=0.02)  # as language models do
+
+    def forward(self, batch, temperature: float = 1.0):
+        mask = batch["inputs"]["mask"].unsqueeze(-1).to(self.embed.weight.dtype)
+        h = self.embed(batch["inputs"]["tokens"]) + self.project(batch["inputs"]["features"])
+        h = self.norm(h + self.mix(h)) * mask
+        logits = self.head(h[:, 0]) / temperature  # the class is in the first position
+        return {"logits": logits, "loss": F.cross_entropy(logits, batch["labels"]),
+                "mean": h.sum(1) / mask.sum(1).clamp(min=1.0)}
+
+
+def dict_batch_classifier(dropout: float = 0.0):
+    return DictBatchClassifier(dropout)
+
+
 # --- batches: (args, kwargs) exactly as a training loop passes them -----------------------------
 def _padded_mask(batch: int, seq: int, gen: torch.Generator):
     lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=gen)
@@ -158,9 +198,32 @@ def cls_batch(batch: int, seq: int, gen: torch.Generator):
     return (), {"input_ids": ids * mask, "attention_mask": mask, "labels": labels}
 
 
+def seq2seq_batch(batch: int, seq: int, gen: torch.Generator):
+    """Source tokens right-padded, targets half as long, padding labelled -100 (T5 shifts the
+    labels right into decoder inputs itself)."""
+    mask = _padded_mask(batch, seq, gen)
+    ids = _progressions(batch, seq, gen) * mask
+    target = max(seq // 2, 2)
+    labels = (ids[:, :target].flip(1) % (VOCAB - 2)) + 2
+    labels = torch.where(_padded_mask(batch, target, gen).bool(), labels, torch.full_like(labels, -100))
+    return (), {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def dict_batch(batch: int, seq: int, gen: torch.Generator):
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=gen)
+    mask = _padded_mask(batch, seq, gen)
+    labels = torch.randint(0, 3, (batch,), generator=gen)
+    features = torch.randn(batch, seq, 8, generator=gen)
+    features[:, 0, :3] += 3 * F.one_hot(labels, 3)  # the class, in the first position's features
+    inputs = {"tokens": ids * mask, "features": features, "mask": mask}
+    return ({"inputs": inputs, "labels": labels},), {}
+
+
 def loss_of(output) -> torch.Tensor:
-    """The loss, whether the model returns a ModelOutput or nanoGPT's (logits, loss)."""
-    return output[1] if isinstance(output, tuple) else output.loss
+    """The loss, whether the model returns a ModelOutput, a dict or nanoGPT's (logits, loss)."""
+    if isinstance(output, tuple):
+        return output[1]
+    return output["loss"] if isinstance(output, dict) and not hasattr(output, "loss") else output.loss
 
 
 # name -> (factory(dropout), batch maker): the models the suite trains with eager parity.
@@ -169,4 +232,6 @@ ZOO = {
     "bert_mlm": (bert_mlm, mlm_batch),
     "bert_cls": (bert_cls, cls_batch),
     "nanogpt": (nanogpt, nanogpt_batch),
+    "t5": (t5, seq2seq_batch),
+    "dict_batch": (dict_batch_classifier, dict_batch),
 }

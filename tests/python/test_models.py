@@ -1,5 +1,6 @@
 """Real models train through ORTModule with eager parity and nothing falling back to eager:
-Hugging Face GPT-2, BERT (masked LM, sequence classification) and a hand-written nanoGPT.
+Hugging Face GPT-2, BERT (masked LM, sequence classification) and T5 (encoder-decoder), a
+hand-written nanoGPT and a classifier taking its batch as one nested dict.
 
 Tolerances (fp32): per-step losses rtol 1e-4; gradients rtol 1e-3 / atol 1e-5. When a test fails
 for a missing op, `scripts/model_ops.py NAME` lists what the engine still lacks for that model."""

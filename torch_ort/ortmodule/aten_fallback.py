@@ -13,7 +13,7 @@ import re
 import torch
 
 from torch_ort._compat import MissingTorchFeature, OpOverload, is_op_overload
-from torch_ort.ortmodule.exporter import ExportResult, exception_chain, export_module
+from torch_ort.ortmodule.exporter import TRANSLATING, ExportResult, exception_chain, export_module
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.translations.aten_fallback import (
@@ -77,7 +77,6 @@ class AtenFallback:
         return new
 
 
-_TRANSLATING = re.compile(r"Error when translating node %(\w+) ")
 _NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 
 
@@ -106,7 +105,7 @@ def ops_from_export_error(error: BaseException) -> dict:
     (when the exporter's registry is at hand) every other untranslatable node of its graph, so
     one re-export covers them all. {} when the export failed for another reason."""
     messages = [str(e) for e in exception_chain(error)]
-    translating = next((m for m in map(_TRANSLATING.match, messages) if m), None)
+    translating = next((m for m in map(TRANSLATING.match, messages) if m), None)
     if translating is None:
         return {}  # failed before translation (tracing, data-dependent control flow): not ours to fix
     untranslated = next((m for m in map(_NO_FUNCTION.search, messages) if m), None)
@@ -152,16 +151,18 @@ def ops_from_engine_error(result: ExportResult, error: BaseException, what: str)
 
 
 def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export,
-                         functions=None, deepcopy: bool = False) -> ExportResult:
-    """Exports, re-exporting while new ops are found for the ATen fallback (`functions` and
-    `deepcopy`: see exporter.export_module)."""
+                         functions=None, deepcopy: bool = False, shape_plan: str = "dynamic") -> ExportResult:
+    """Exports, re-exporting while new ops are found for the ATen fallback (`functions`,
+    `deepcopy` and `shape_plan`: see exporter.export_module)."""
     from torch_ort import _C
 
     kernel_ops = set(_C.kernel_ops())
     for _ in range(MAX_EXPORTS):
         on_export()
         try:
-            result = export_module(module, args, kwargs, opset, aten.translations(), functions, deepcopy)
+            result = export_module(module, args, kwargs, opset, aten.translations(), functions, deepcopy,
+                                   shape_plan=shape_plan)
+            shape_plan = result.shape_plan  # an ATen-fallback round starts where this one succeeded
         except ORTModuleTorchModelException as error:
             found = ops_from_export_error(error)
             if aten.add(found):

@@ -86,7 +86,8 @@ def store(directory: str, key: str, result: ExportResult, aten_ops: list[str]) -
     meta = {"format": FORMAT, "torch_ort": torch_ort.__version__, "torch": torch.__version__,
             "onnx_sha256": hashlib.sha256(result.onnx_bytes).hexdigest(),
             "param_names": result.param_names, "out_spec": spec, "out_constants": constants,
-            "static_dims": result.static_dims, "input_names": result.input_names,
+            "static_dims": result.static_dims, "shape_plan": result.shape_plan,
+            "input_names": result.input_names,
             "buffer_updates": result.buffer_updates, "aten_ops": aten_ops,
             "export_seconds": result.seconds}
     os.makedirs(directory, exist_ok=True)
@@ -125,6 +126,7 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
             onnx_bytes=onnx_bytes, raw_model=None, param_names=list(meta["param_names"]),
             out_spec=pytree.treespec_loads(meta["out_spec"]),
             static_dims=[list(d) for d in meta["static_dims"]], seconds=0.0,
+            shape_plan=str(meta.get("shape_plan", "dynamic")),
             input_names=list(meta["input_names"]), buffer_updates=list(meta["buffer_updates"]),
             out_constants={int(i): v for i, v in meta["out_constants"]}, from_cache=True)
     except Exception as e:  # anything wrong with an entry: say so, export again, overwrite it

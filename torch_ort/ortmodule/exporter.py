@@ -19,7 +19,7 @@ import torch
 
 from torch_ort._compat import pytree
 from torch_ort.ortmodule import buffers, python_op_export, translations
-from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
+from torch_ort.ortmodule.fallback import ORTModuleIOError, ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 
 
@@ -40,6 +40,7 @@ class ExportResult:
     stored: bool = False              # written to ORTMODULE_CACHE_DIR
     attributes_read: frozenset | None = None  # the module's own attributes the trace read (None:
     #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
+    shape_plan: str = "dynamic"       # SHAPE_PLANS entry the export succeeded with
 
     def rebuild_outputs(self, tensors) -> object:
         """The module's return value (ModelOutput, dict, tuple, ...) from the graph's outputs."""
@@ -124,15 +125,55 @@ def _explain_failure(module: torch.nn.Module, error: BaseException) -> str:
     return message + " (ORTMODULE_LOG_LEVEL=VERBOSE logs the exporter's full report)"
 
 
-def _dynamic_shapes(module, args, kwargs):
+def _dynamic_shapes(module, args, kwargs, static: dict):
     """Dim.AUTO for every dimension of every tensor input, keyed by forward()'s parameter names
-    (torch.export keeps a dim static only when the model forces it)."""
+    (torch.export keeps a dim static only when the model forces it), except the dims `static`
+    fixes: {id(tensor): dims held at the call's sizes}."""
+    def custom(x):  # a container a library registered (a DynamicCache), not a builtin one
+        return type(x) in pytree.SUPPORTED_NODES and type(x).__module__ not in ("builtins", "collections")
+
     def spec(x):
         if isinstance(x, torch.Tensor):
-            return {d: torch.export.Dim.AUTO for d in range(x.dim())} or None
+            fixed = static.get(id(x), ())
+            return {d: None if d in fixed else torch.export.Dim.AUTO for d in range(x.dim())} or None
+        if custom(x):  # torch.export reads its dims as a list, one entry per child
+            return [pytree.tree_map(spec, c, is_leaf=custom) for c in pytree.SUPPORTED_NODES[type(x)].flatten_fn(x)[0]]
         return None
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+    return {name: pytree.tree_map(spec, value, is_leaf=custom) for name, value in bound.arguments.items()}
+
+
+# How much of the input shapes an export keeps symbolic, most first. A model whose code does not
+# hold for every size (x.squeeze(1) of a size-1 dim, a view the exporter's decomposition cannot
+# replay with symbolic strides, inconsistent solver constraints) exports with fewer dynamic dims;
+# the graph then records the sizes it fixed (ExportResult.static_dims) and a call with other sizes
+# exports again (GraphRunner.accepts), never running a graph specialised to other sizes.
+SHAPE_PLANS = ("dynamic", "size-1 dims static", "static")
+
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([^']+)'> in output, which is not a known type")
+TRANSLATING = re.compile(r"Error when translating node %(\w+) ")  # the exporter's per-node failure
+
+
+def _static_dims(plan: str, tensors: list) -> dict | None:
+    """{id(tensor): dims fixed} under `plan`; None when the plan fixes nothing more than the
+    previous one (no size-1 dims: that retry would export the same graph)."""
+    if plan == "dynamic":
+        return {}
+    if plan == "static":
+        return {id(t): set(range(t.dim())) for t in tensors} if any(t.dim() for t in tensors) else None
+    ones = {id(t): {d for d, n in enumerate(t.shape) if n == 1} for t in tensors}
+    return ones if any(ones.values()) else None
+
+
+def _shape_retry_helps(error: BaseException) -> bool:
+    """False for failures fewer dynamic dims cannot fix: control flow on a tensor's value, an op
+    without a translation (the ATen fallback's business), a refused checkpoint."""
+    for e in exception_chain(error):
+        text = str(e)
+        if isinstance(e, python_op_export.CheckpointNotAllowedError) or TRANSLATING.match(text) or \
+                "data-dependent" in text or "DataDependent" in type(e).__name__:
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -295,17 +336,47 @@ def _autocast_inside(module: torch.nn.Module, state: tuple):
         yield
 
 
+@contextlib.contextmanager
+def _attention_with_mask_grad_as_math():
+    """While the exporting thread traces, scaled_dot_product_attention whose attn_mask requires
+    grad (T5's learned position bias) is traced as its math form, the kernel eager picks for it on
+    the CPU. Traced as the fused op, the exporter's decomposition retrace computes the op's output
+    layout without grad (a fused kernel's layout, which makes a later .contiguous() a no-op and
+    drops it) and its type-promotion pass with grad (the math kernel's): the recorded view then
+    cannot be replayed ("Cannot view a tensor with shape ... and strides ..."). The graph computes
+    the same either way: the stock translation of the fused op is this math."""
+    functional = torch.nn.functional
+    fused = functional.scaled_dot_product_attention
+    exporting = threading.get_ident()
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                     is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None and attn_mask.requires_grad and threading.get_ident() == exporting:
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                     scale=scale, enable_gqa=enable_gqa)
+
+    functional.scaled_dot_product_attention = scaled_dot_product_attention
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = fused
+
+
 def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int | None,
                   extra_translations: dict | None = None,
                   functions: python_op_export.FunctionPolicy | None = None,
-                  deepcopy: bool = False, own_translations: bool = True) -> ExportResult:
+                  deepcopy: bool = False, own_translations: bool = True,
+                  shape_plan: str = "dynamic") -> ExportResult:
     """extra_translations (ATen fallback ops) take precedence over translations.TABLE (ours, for
     the engine; `own_translations=False` leaves the stock exporter's standard ops); `functions`
     says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a
-    structural copy so that the trace never changes the module's own Python state."""
+    structural copy so that the trace never changes the module's own Python state; `shape_plan`
+    is the SHAPE_PLANS entry to start from (the one an earlier export of this call needed)."""
     with EXPORT_LOCK:
         return _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
-                              own_translations)
+                              own_translations, shape_plan)
 
 
 def _fresh_leaves(tree):
@@ -339,46 +410,55 @@ def _as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
-                   own_translations) -> ExportResult:
+                   own_translations, shape_plan) -> ExportResult:
     start = time.perf_counter()
     args, kwargs = _fresh_leaves(_as_keywords(module, args, kwargs))
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
-    capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy())
+    remap = {}
     if deepcopy:
-        module, capture.remap = structural_copy(module)
-    try:
-        with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
-                python_op_export.opaque_functions(capture, type(module).__name__), \
-                _attribute_reads(module) as reads, \
-                _extra_keywords_named(module, args, kwargs), \
-                _autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
-            program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
-                                        dynamic_shapes=_dynamic_shapes(module, args, kwargs),
-                                        custom_translation_table=table or None,
-                                        verbose=False, opset_version=opset)
-            ep = program.exported_program
-    except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
-        capture.discard()
-        LOGGER.debug("torch.onnx.export failed: %s: %s", type(e).__name__, e)
-        refused = next((x for x in exception_chain(e) if isinstance(x, python_op_export.CheckpointNotAllowedError)), None)
-        if refused is not None:
-            raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
-        raise ORTModuleTorchModelException(_explain_failure(module, e)) from e
+        module, remap = structural_copy(module)
+    plans = [p for p in SHAPE_PLANS[SHAPE_PLANS.index(shape_plan):] if _static_dims(p, tensors) is not None]
+    for plan in plans:
+        capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy(), remap)
+        try:
+            program, ep, mutations, reads = _export_once(module, args, kwargs, opset, table, capture,
+                                                         _static_dims(plan, tensors))
+            break
+        except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
+            capture.discard()
+            LOGGER.debug("torch.onnx.export (%s) failed: %s: %s", plan, type(e).__name__, e)
+            refused = next((x for x in exception_chain(e) if isinstance(x, python_op_export.CheckpointNotAllowedError)), None)
+            if refused is not None:
+                raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
+            output = next(filter(None, (_UNKNOWN_OUTPUT.search(str(x)) for x in exception_chain(e))), None)
+            if output is not None:
+                raise ORTModuleIOError(
+                    f"{type(module).__name__} returns a {output.group(1)}, which is neither a tensor, a "
+                    "Python scalar, nor a container torch_ort can flatten (tuple, list, dict, or a "
+                    "class registered with torch.utils._pytree or torch.export.register_dataclass)") from e
+            if plan != plans[-1] and _shape_retry_helps(e):
+                following = plans[plans.index(plan) + 1]
+                LOGGER.info("%s does not export with input dims %s (%s); exporting again with %s",
+                            type(module).__name__, plan, _explain_failure(module, e), following)
+                continue
+            tried = f" (also tried: input dims {', '.join(plans[:plans.index(plan)])})" if plan != plans[0] else ""
+            raise ORTModuleTorchModelException(_explain_failure(module, e) + tried) from e
+    if plan != "dynamic":
+        LOGGER.info("%s exported with input dims %s: a call with other sizes exports again",
+                    type(module).__name__, plan)
 
     buffers.check_kept(ep, mutations)
+    pinned = _pinned_symbols(ep)
     model = program.model
     graph = model.graph
     named = dict(module.named_parameters(remove_duplicate=False))
     named.update(dict(module.named_buffers(remove_duplicate=False)))
     n_user = len(graph.inputs)
-    flat_inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    if n_user != len(flat_inputs):
+    if n_user != len(tensors):
         raise ORTModuleTorchModelException(
-            f"the exported graph has {n_user} inputs but the call passed {len(flat_inputs)} tensors")
-    static_dims = []
-    for value in graph.inputs:
-        dims = [d if isinstance(d, int) else None for d in value.shape.dims] if value.shape else []
-        static_dims.append(dims)
+            f"the exported graph has {n_user} inputs but the call passed {len(tensors)} tensors")
+    static_dims = [_fixed_sizes(value, pinned) for value in graph.inputs]
 
     # Parameters and buffers become graph inputs; other initializers (lifted constants) stay.
     param_names = [name for name in graph.initializers if name in named]
@@ -404,9 +484,43 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
                           static_dims=static_dims, seconds=seconds,
                           input_names=[v.name for v in graph.inputs[:n_user]],
                           buffer_updates=mutations.fqns, python_ops=list(capture.names),
-                          attributes_read=None if None in reads else frozenset(reads))
+                          attributes_read=None if None in reads else frozenset(reads),
+                          shape_plan=plan)
     capture.attach(result)  # the registry entries live as long as the graph that names them
     return result
+
+
+def _pinned_symbols(ep) -> dict:
+    """{symbol name: size} for the symbolic dims the trace pinned to one value: torch.export keeps
+    such a dim symbolic in the graph's input shapes but records its range as a single size (e.g.
+    `x.unbind(1)[-1]` resolves -1 for the traced size only)."""
+    pinned = {}
+    for symbol, bounds in ep.range_constraints.items():
+        if bounds.lower == bounds.upper and getattr(bounds.lower, "is_Integer", False):
+            pinned[str(symbol)] = int(bounds.lower)
+    return pinned
+
+
+def _fixed_sizes(value, pinned: dict) -> list:
+    """Per dim of a graph input: the size the export fixed (a number, or a symbol the trace pinned
+    to one size), None where any size is accepted."""
+    if not value.shape:
+        return []
+    return [d if isinstance(d, int) else pinned.get(str(getattr(d, "value", d))) for d in value.shape.dims]
+
+
+def _export_once(module, args, kwargs, opset, table, capture, static: dict):
+    """One torch.onnx.export of the call: (program, exported program, buffer mutations, reads)."""
+    with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
+            python_op_export.opaque_functions(capture, type(module).__name__), \
+            _attribute_reads(module) as reads, _attention_with_mask_grad_as_math(), \
+            _extra_keywords_named(module, args, kwargs), \
+            _autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
+        program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
+                                    dynamic_shapes=_dynamic_shapes(module, args, kwargs, static),
+                                    custom_translation_table=table or None,
+                                    verbose=False, opset_version=opset)
+        return program, program.exported_program, mutations, reads
 
 
 def exception_chain(error: BaseException):

@@ -1,4 +1,4 @@
-"""Hugging Face call conventions: use_cache off in grad mode unless asked for; DynamicCache as a pytree.
+"""Hugging Face call conventions: use_cache off in grad mode unless asked for; caches as pytrees.
 
 transformers' decoder models (GPT-2, Llama, ...) default to use_cache=True and return a
 `DynamicCache` holding every layer's keys and values. In a training step nothing reads it: the
@@ -11,7 +11,8 @@ tensor and a zero gradient for each in backward. So ORTModule decides, per call:
   logits and their gradients are exactly eager's; `past_key_values` is simply absent.
 - anything else (`use_cache=True` passed explicitly, a cache passed in, or a forward-only call
   under `torch.no_grad()`): the model's own behaviour holds, and the DynamicCache leaves the graph
-  as tensors (transformers' own pytree registration) and comes back rebuilt as a DynamicCache.
+  as tensors (transformers' own pytree registration) and comes back rebuilt as a DynamicCache; an
+  encoder-decoder's EncoderDecoderCache (T5, BART) as its two DynamicCaches (ours, below).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ _cache_registered = False
 
 
 def register_cache_pytree() -> bool:
-    """Lets torch.export flatten a transformers DynamicCache (idempotent). False if unavailable."""
+    """Lets torch.export flatten a transformers DynamicCache and EncoderDecoderCache (idempotent).
+    False if unavailable."""
     global _cache_registered
     if not _cache_registered:
         try:
@@ -37,8 +39,40 @@ def register_cache_pytree() -> bool:
         except ImportError:  # an older or newer transformers without the helper
             return False
         register_dynamic_cache_export_support()
+        _register_encoder_decoder_cache()
         _cache_registered = True
     return True
+
+
+def _register_encoder_decoder_cache() -> None:
+    """EncoderDecoderCache as a pytree node: its self-attention and cross-attention DynamicCaches
+    are the children; which cross-attention layers are filled (is_updated, read by the next
+    decoding step) is the context, so the rebuilt cache is reused exactly as eager's."""
+    from torch.utils import _pytree
+
+    try:
+        from transformers.cache_utils import EncoderDecoderCache
+    except ImportError:
+        return
+    if EncoderDecoderCache in _pytree.SUPPORTED_NODES:
+        return
+    names = ("self_attention_cache", "cross_attention_cache")
+
+    def flatten(cache):
+        return [getattr(cache, n) for n in names], tuple(sorted(cache.is_updated.items()))
+
+    def flatten_with_keys(cache):
+        children, context = flatten(cache)
+        return [(_pytree.GetAttrKey(n), c) for n, c in zip(names, children)], context
+
+    def unflatten(children, context):
+        cache = EncoderDecoderCache(*children)
+        cache.is_updated = dict(context)
+        return cache
+
+    _pytree.register_pytree_node(
+        EncoderDecoderCache, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys,
+        serialized_type_name=f"{EncoderDecoderCache.__module__}.{EncoderDecoderCache.__name__}")
 
 
 @functools.lru_cache(maxsize=128)

@@ -7,7 +7,7 @@ import os
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, python_op_export
+from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, exporter, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_fallback import (
     MAX_EXPORTS,
@@ -76,13 +76,13 @@ class GraphRunner:
 
     def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions,
                  aten: AtenFallback, on_export=lambda: None, settings: Settings | None = None,
-                 schema=None, on_cache_hit=lambda n: None):
+                 schema=None, on_cache_hit=lambda n: None, shape_plan: str = "dynamic"):
         self._module, self._aten, self._on_export = module, aten, on_export
+        self._shape_plan = shape_plan  # exporter.SHAPE_PLANS entry to start from
         self._on_cache_hit = on_cache_hit
         self._debug = debug
         self._settings = settings or Settings.from_env()
         self._schema = schema
-        self._mode = "training" if module.training else "inference"
         self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
         self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
         self._export(args, kwargs)
@@ -101,9 +101,12 @@ class GraphRunner:
                                 filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
         if self.export is None:
             functions = python_op_export.FunctionPolicy(st.custom_autograd, st.allow_checkpoint,
-                                                        st.skipped_functions)
+                                                        st.skipped_functions,
+                                                        strip_checkpoint=st.memory_opt_level >= 1)
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
-                                               self._on_export, functions, st.deepcopy_before_export)
+                                               self._on_export, functions, st.deepcopy_before_export,
+                                               self._shape_plan)
+            self._shape_plan = self.export.shape_plan
         self._slots = [_slot(self._module, n) for n in self.export.param_names]
         self._param_dtypes = [p.dtype for p in self.params]  # the graph's types for them
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
@@ -186,6 +189,16 @@ class GraphRunner:
         known = set(_load_extension().pass_names())
         return sorted(disabled & known)
 
+    def _fewer_dynamic_dims(self, error: BaseException) -> str | None:
+        """The next exporter.SHAPE_PLANS entry when shape inference proved the export's declared
+        shapes wrong for some sizes (torch traced x.squeeze(1) of a symbolic dim as a no-op that
+        ONNX's Squeeze is not), else None."""
+        plans = exporter.SHAPE_PLANS
+        at = plans.index(self.export.shape_plan)
+        if not str(error).startswith("shape inference:") or at + 1 == len(plans):
+            return None
+        return plans[at + 1]
+
     def _build(self, training: bool, flags: list[bool]):
         """The engine, or None when the ATen fallback took new ops (export again)."""
         _C = _load_extension()
@@ -206,6 +219,13 @@ class GraphRunner:
                 return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         except (_C.OnnxImportError, _C.VerifyError) as e:
+            following = self._fewer_dynamic_dims(e)
+            if following:
+                LOGGER.info("%s: the exported graph holds only for some sizes of its symbolic "
+                            "dims (%s); exporting again with input dims %s",
+                            type(self._module).__name__, e, following)
+                self._shape_plan = following
+                return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         self.engines_built += 1
         stats = engine.stats()
