@@ -74,3 +74,41 @@ def test_allowed_checkpoint_matches_eager(strict, monkeypatch, reentrant, custom
     runner = next(iter(model._runners.values()))
     as_python_op = "torch.utils.checkpoint.CheckpointFunction" in runner.export.python_ops
     assert as_python_op == (custom_autograd == "1")
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_memory_opt_level_strips_the_checkpoint_and_recomputes(strict, monkeypatch, reentrant):
+    """ORTMODULE_MEMORY_OPT_LEVEL=1 with torch.utils.checkpoint (it raised
+    CheckpointNotAllowedError): as in ORT, the checkpoint is traced inline and the engine's
+    layer-wise recompute takes its place; losses and gradients stay eager's."""
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "1")
+    torch.manual_seed(0)
+    eager = Checkpointed(reentrant)
+    ours = ORTModule(copy.deepcopy(eager))
+    x = torch.randn(6, 4)
+    loss_e, loss_o = eager(x), ours(x)
+    loss_e.backward()
+    loss_o.backward()
+    torch.testing.assert_close(loss_o, loss_e)
+    for (name, p_e), p_o in zip(eager.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(p_o.grad, p_e.grad, msg=name)
+    assert next(iter(ours._runners.values())).export.python_ops == []  # no CheckpointFunction PythonOp
+
+
+def test_memory_opt_level_with_hugging_face_gradient_checkpointing(strict, monkeypatch):
+    import model_zoo
+
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "1")
+    torch.manual_seed(0)
+    eager = model_zoo.gpt2()
+    inner = copy.deepcopy(eager)
+    inner.gradient_checkpointing_enable()
+    ours = ORTModule(inner)
+    _, batch = model_zoo.lm_batch(4, 16, torch.Generator().manual_seed(0))
+    loss_e, loss_o = eager(**batch).loss, ours(**batch).loss
+    loss_e.backward()
+    loss_o.backward()
+    assert loss_o.item() == pytest.approx(loss_e.item(), rel=1e-5)
+    for (name, p_e), p_o in zip(eager.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(p_o.grad, p_e.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert ours._last_engine.stats()["recompute_nodes"] > 0  # the engine recomputes the layers

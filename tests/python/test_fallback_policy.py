@@ -153,6 +153,71 @@ def test_invalid_policy_lists_valid_flags(monkeypatch):
         ORTModule(Small())
 
 
-def test_dataparallel_around_ormodule_is_refused():
+def test_dataparallel_around_ortmodule_is_refused():
     with pytest.raises(TypeError, match="DataParallel"):
         ORTModule(Small())._replicate_for_data_parallel()
+
+
+class Box:
+    """A class torch_ort cannot flatten (not a tensor, scalar or registered container)."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+class BoxIn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, box):
+        return self.fc(box.t).sum()
+
+
+class BoxOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return Box(self.fc(x))
+
+
+@pytest.mark.parametrize("model, arg", [(BoxIn, lambda: Box(torch.randn(2, 4))),
+                                        (BoxOut, lambda: torch.randn(2, 4))], ids=["input", "output"])
+def test_a_custom_class_in_or_out_is_unsupported_data(monkeypatch, model, arg):
+    """An input or output of a custom class is data the engine cannot take: ORTModuleIOError,
+    which FALLBACK_UNSUPPORTED_DATA covers (it was ORTModuleTorchModelException)."""
+    with pytest.raises(ORTModuleIOError, match="Box"):
+        ORTModule(model())(arg())
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_DATA")
+    inner = model()
+    ours = ORTModule(inner)
+    with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_DATA"):
+        out = ours(arg())
+    assert isinstance(out, (torch.Tensor, Box)) and isinstance(ours._fallback.cause, ORTModuleIOError)
+
+
+def test_dataparallel_inside_ortmodule_is_an_unsupported_torch_model(monkeypatch):
+    """ORTModule(DataParallel(m)) raises ORTModuleTorchModelException under the policy (it raised a
+    plain TypeError, outside it); FALLBACK_UNSUPPORTED_TORCH_MODEL runs it eager, as ORT does."""
+    with pytest.raises(ORTModuleTorchModelException, match="DataParallel"):
+        ORTModule(torch.nn.DataParallel(Small()))
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_TORCH_MODEL")
+    inner = Small()
+    with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_TORCH_MODEL"):
+        ours = ORTModule(torch.nn.DataParallel(inner))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(ours(x), inner(x))
+    assert ours.export_count == 0
+
+
+@pytest.mark.fallback
+def test_dataparallel_with_retry_stays_eager(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_TORCH_MODEL")
+    monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
+    with pytest.warns(UserWarning):
+        ours = ORTModule(torch.nn.DataParallel(Small()))
+    for _ in range(2):
+        ours(torch.randn(3, 4)).backward()
+    assert ours.export_count == 0

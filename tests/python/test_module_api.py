@@ -11,6 +11,7 @@ import torch
 import torch_ort
 from conftest import MLPClassifier, classifier_batch, twin
 from torch_ort import DebugOptions, LogLevel, ORTModule
+from torch_ort.ortmodule import ORTModuleTorchModelException
 
 
 def test_module_surface_is_the_original():
@@ -30,9 +31,27 @@ def test_module_surface_is_the_original():
     assert inner.training
 
 
-def test_rejects_dataparallel():
-    with pytest.raises(TypeError, match="DataParallel"):
+def test_rejects_dataparallel(strict):
+    with pytest.raises(ORTModuleTorchModelException, match="DataParallel"):
         ORTModule(torch.nn.DataParallel(MLPClassifier()))
+
+
+def test_registering_on_the_wrapper_registers_on_the_module(strict):
+    """A buffer, parameter or submodule registered on the ORTModule itself lands in the wrapped
+    module (it vanished from named_buffers() and state_dict()), and the next call re-exports."""
+    torch.manual_seed(0)
+    ours = ORTModule(MLPClassifier())
+    x, labels = torch.randn(4, 12), torch.randint(0, 5, (4,))
+    ours(x, labels)
+    ours.register_buffer("steps", torch.zeros(()))
+    ours.register_parameter("temperature", torch.nn.Parameter(torch.ones(())))
+    ours.register_module("extra", torch.nn.Linear(2, 2))
+    assert "steps" in dict(ours.named_buffers()) and "steps" in ours.state_dict()
+    assert "temperature" in dict(ours.named_parameters()) and "extra.weight" in ours.state_dict()
+    assert ours.module.steps is ours.steps and ours.module.extra is ours.extra
+    assert not ours._buffers and not ours._parameters
+    ours(x, labels)
+    assert ours.export_count == 2
 
 
 class Nested(torch.nn.Module):
@@ -84,11 +103,11 @@ def test_save_onnx_writes_checkable_graphs(strict, tmp_path, monkeypatch):
     ours = ORTModule(MLPClassifier(), DebugOptions(save_onnx=True, onnx_prefix="mlp"))
     ours(*classifier_batch(4))[0].backward()
     files = sorted(os.path.basename(f) for f in glob.glob(str(tmp_path / "*.onnx")))
-    assert files == ["mlp_optimized_training.onnx", "mlp_torch_exported_training.onnx",
-                     "mlp_training_training.onnx"]
+    assert files == ["mlp_execution_model_training.onnx", "mlp_optimized_pre_grad_training.onnx",
+                     "mlp_torch_exported_training.onnx"]
     for f in files:
         onnx.checker.check_model(onnx.load(str(tmp_path / f)))
-    training = onnx.load(str(tmp_path / "mlp_training_training.onnx"))
+    training = onnx.load(str(tmp_path / "mlp_execution_model_training.onnx"))
     ops = [n.op_type for n in training.graph.node]
     assert "SoftmaxCrossEntropyLossGrad" in ops and "ReluGrad" in ops and "TanhGrad" in ops
     outputs = [o.name for o in training.graph.output]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import types
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -19,6 +21,7 @@ from torch_ort.ortmodule.fallback import (
     ORTModuleError,
     ORTModuleInitException,
     ORTModuleIOError,
+    ORTModuleTorchModelException,
 )
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
@@ -28,6 +31,9 @@ _ORIGINAL = "_original_module"
 _RLOCK = type(threading.RLock())
 _LOCK_TYPES = (type(threading.Lock()), _RLOCK)
 _DEVICES = ("cpu", "cuda")
+# Leaves an input may have besides tensors: values the export records as constants of the graph.
+_INPUT_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device,
+                 torch.layout, torch.memory_format)
 # Variables a later stage will act on (compute optimizer).
 _NOT_ACTED_ON = ("compute_optimizer",)
 
@@ -88,10 +94,13 @@ class ORTModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, debug_options: DebugOptions | None = None):
         if isinstance(module, ORTModule):
             raise TypeError("the module is already an ORTModule")
-        if isinstance(module, torch.nn.DataParallel):
-            raise TypeError("ORTModule does not support torch.nn.DataParallel; wrap the module with "
-                            "ORTModule first, then use DistributedDataParallel")
         super().__init__()
+        # A model type the engine does not take: raised under the fallback policy (construction,
+        # then every call), as ORT does; FALLBACK_UNSUPPORTED_TORCH_MODEL runs it eager.
+        self._refused = ORTModuleTorchModelException(
+            "ORTModule does not support torch.nn.DataParallel; wrap the module with ORTModule "
+            "first, then use DistributedDataParallel") \
+            if isinstance(module, torch.nn.DataParallel) else None
         self._modules[_ORIGINAL] = module
         self._settings = Settings.from_env()  # every ORTMODULE_* variable; invalid values raise
         self._debug = debug_options or DebugOptions()
@@ -134,6 +143,8 @@ class ORTModule(torch.nn.Module):
                     "forward before wrapping the module with ORTModule")
         except ORTModuleInitException as error:
             self._fallback.handle(error)
+        if self._refused is not None and not self._fallback.active:
+            self._fallback.handle(self._refused)
         if self._fallback.forced:
             self._fallback.warn_forced()
         for var in VARIABLES:
@@ -152,14 +163,54 @@ class ORTModule(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self._modules[_ORIGINAL], name)
+            pass
+        module = self._modules[_ORIGINAL]
+        value = getattr(module, name)
+        if isinstance(value, types.MethodType) and value.__self__ is module:
+            return types.MethodType(value.__func__, self._method_self())
+        return value
+
+    def _method_self(self):
+        """What `self` is in a method of the wrapped module reached through the ORTModule
+        (`model.generate(...)`, Lightning's `training_step`): the wrapped module as it is — an
+        instance of its class sharing its attributes (super(), isinstance and properties work)
+        — except that calling it, or its forward, runs the engine, and an attribute set through
+        it is noted as one set on the ORTModule (re-export when an export read it)."""
+        proxy = self.__dict__.get("_method_proxy")
+        if proxy is None:
+            module = self._modules[_ORIGINAL]
+            owner = weakref.ref(self)
+
+            def __call__(_, *args, **kwargs):
+                return owner()(*args, **kwargs)
+
+            def forward(_, *args, **kwargs):
+                return owner()._forward_call(*args, **kwargs)
+
+            def __setattr__(this, name, value):
+                type(module).__setattr__(this, name, value)
+                owner()._note_set(name, value)
+
+            cls = type(module)
+            try:
+                proxy_cls = type(cls.__name__, (cls,), {
+                    "__call__": __call__, "forward": forward, "__setattr__": __setattr__,
+                    "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+                proxy = object.__new__(proxy_cls)
+                object.__setattr__(proxy, "__dict__", module.__dict__)  # the same attributes
+            except (TypeError, AttributeError) as e:  # a class that refuses subclasses or __dict__
+                LOGGER.info("methods of %s reached through the ORTModule run bound to the ORTModule "
+                            "(%s: %s)", cls.__name__, type(e).__name__, e)
+                proxy = self
+            self.__dict__["_method_proxy"] = proxy
+        return proxy
 
     # --- copy, pickle, torch.save -----------------------------------------------------------------
     # A copy (copy.deepcopy, pickle, torch.save(module)) is an independent ORTModule: the wrapped
     # module copied as PyTorch copies it, the same settings, debug options, fallback state and
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
-    _NOT_COPIED = ("_memory", "_aten_fallback", "forward", "_last_engine")
+    _NOT_COPIED = ("_memory", "_aten_fallback", "forward", "_last_engine", "_method_proxy")
     _EMPTIED = ("_runners", "_stale", "_changed")  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
@@ -211,6 +262,11 @@ class ORTModule(torch.nn.Module):
                 or hasattr(type(self), name):
             return super().__setattr__(name, value)
         setattr(self.module, name, value)
+        self._note_set(name, value)
+
+    def _note_set(self, name, value) -> None:
+        """Attribute `name` of the wrapped module was set: the next call re-exports, unless the
+        value cannot change any graph."""
         if not isinstance(value, (torch.nn.Module, torch.Tensor)) and self._unread(name):
             LOGGER.debug("attribute %r set: no exported graph read it, nothing to re-export", name)
             return
@@ -241,6 +297,28 @@ class ORTModule(torch.nn.Module):
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    # Registering on the ORTModule registers on the wrapped module (whose state_dict, buffers and
+    # parameters the ORTModule shows), and the next call re-exports, as for an attribute set.
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        if "_initialized" not in self.__dict__:
+            return super().register_buffer(name, tensor, persistent)
+        self.module.register_buffer(name, tensor, persistent)
+        self._changed.add(name)
+
+    def register_parameter(self, name: str, param) -> None:
+        if "_initialized" not in self.__dict__:
+            return super().register_parameter(name, param)
+        self.module.register_parameter(name, param)
+        self._changed.add(name)
+
+    def add_module(self, name: str, module) -> None:
+        if "_initialized" not in self.__dict__:
+            return super().add_module(name, module)
+        self.module.add_module(name, module)
+        self._changed.add(name)
+
+    register_module = add_module
 
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         return self.module.named_parameters(prefix, recurse, remove_duplicate)
@@ -338,6 +416,8 @@ class ORTModule(torch.nn.Module):
             return self._prepare_locked(args, kwargs)
 
     def _prepare_locked(self, args, kwargs):
+        if self._refused is not None:
+            raise self._refused
         self._apply_model_changes()
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
@@ -347,6 +427,13 @@ class ORTModule(torch.nn.Module):
         for i, t in enumerate(tensors):
             if t.is_complex() or t.is_quantized or t.is_sparse:
                 raise ORTModuleIOError(f"input tensor {i} has unsupported dtype/layout {t.dtype}/{t.layout}")
+        odd = next((x for x in flat if not isinstance(x, _INPUT_LEAVES)), None)
+        if odd is not None:
+            raise ORTModuleIOError(
+                f"an input of type {type(odd).__qualname__} is neither a tensor, a Python scalar or "
+                "string, nor a container of them (tuple, list, dict, or a class registered with "
+                "torch.utils._pytree or torch.export.register_dataclass); torch_ort cannot pass it "
+                "to the graph")
         schema = input_schema(spec, flat)
         key = (self.module.training, schema, autocast_state(self._device_types(tensors)))
         runner = self._runners.get(key)
@@ -355,9 +442,13 @@ class ORTModule(torch.nn.Module):
         params = runner.params if runner is not None else None  # read once per call
         if runner is None or not runner.accepts(tensors, params):
             self._check_devices(tensors, self.module.parameters())
+            plan = runner.export.shape_plan if runner is not None else "dynamic"
+            if plan != "dynamic":
+                LOGGER.info("inputs %s: the graph was exported with input dims %s, for other sizes "
+                            "or parameter types; exporting again", _describe(schema), plan)
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
-                                 schema=key, on_cache_hit=self._count_cache_hit)
+                                 schema=key, on_cache_hit=self._count_cache_hit, shape_plan=plan)
             self._adopt_stale(key, runner)
             self._store_runner(key, runner)
             params = runner.params

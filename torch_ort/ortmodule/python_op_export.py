@@ -13,6 +13,9 @@ tensors of the traced sizes. The probe also learns which inputs the Function mod
 torch.utils.checkpoint regions raise CheckpointNotAllowedError unless
 ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1; allowed, they run as a PythonOp of torch's reentrant
 CheckpointFunction (recompute in backward, as in eager), or inline when custom autograd is off.
+Under ORTMODULE_MEMORY_OPT_LEVEL>=1 (what Hugging Face's gradient_checkpointing_enable() pairs
+with) the checkpoint is stripped instead, as ORT does: the region is traced inline and the engine's
+layer-wise recompute decides what backward recomputes.
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ class FunctionPolicy:
     custom_autograd: bool = True
     allow_checkpoint: bool = False
     skipped: frozenset = frozenset()
+    strip_checkpoint: bool = False  # ORTMODULE_MEMORY_OPT_LEVEL>=1: the engine recomputes instead
 
 
 @dataclass
@@ -97,6 +101,14 @@ def opaque_functions(capture: Capture, module_name: str):
     policy = capture.policy
     exporter_thread = threading.get_ident()
     routed = threading.local()  # .cls: the Function whose forward our own apply is about to run
+    stripped = []  # checkpoint regions traced inline (ORTMODULE_MEMORY_OPT_LEVEL>=1)
+
+    def strip(function, *args, **kwargs):
+        if not stripped:
+            LOGGER.info("ORTMODULE_MEMORY_OPT_LEVEL>=1: torch.utils.checkpoint regions in %s are "
+                        "traced inline; the engine's layer-wise recompute replaces them", module_name)
+        stripped.append(function)
+        return function(*args, **kwargs)
 
     def run_original(cls, *args, **kwargs):
         routed.cls = cls
@@ -109,6 +121,8 @@ def opaque_functions(capture: Capture, module_name: str):
         if depth() or threading.get_ident() != exporter_thread or not _tracing():
             return run_original(cls, *args, **kwargs)
         if cls is checkpoint_module.CheckpointFunction:
+            if policy.strip_checkpoint:  # apply(function, preserve_rng_state, *args)
+                return strip(args[0], *args[2:])
             if not policy.allow_checkpoint:
                 raise _checkpoint_error(module_name)
         elif cls.__module__.startswith("torch."):
@@ -134,6 +148,8 @@ def opaque_functions(capture: Capture, module_name: str):
     def checkpoint_impl(function, args, kwargs, **options):
         if threading.get_ident() != exporter_thread:
             return _compat.checkpoint_original(function, args, kwargs, **options)
+        if policy.strip_checkpoint:
+            return strip(function, *args, **kwargs)
         if not policy.allow_checkpoint:
             raise _checkpoint_error(module_name)
         if policy.custom_autograd and not kwargs and options.get("use_reentrant") is False:
