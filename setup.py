@@ -5,7 +5,9 @@
 #   MAX_JOBS=2 pip install -e . --no-build-isolation            # or: python setup.py build_ext --inplace
 import glob
 import os
+import re
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
@@ -96,8 +98,19 @@ def cuda_extension():
     )
 
 
+def version() -> str:
+    """torch_ort/__init__.py's __version__ (the one source), with the torch this build compiles
+    against as the local version ("0.1.0+torch2.15"): the extension follows torch's C++ ABI, so a
+    wheel is for that torch only."""
+    with open(os.path.join(ROOT, "torch_ort", "__init__.py")) as f:
+        ours = re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE).group(1)
+    major, minor = torch.__version__.split(".")[:2]
+    return f"{ours}+torch{major}.{minor}"
+
+
 cuda_ext = cuda_extension()
 setup(
+    version=version(),
     ext_modules=[ext] + ([cuda_ext] if cuda_ext else []),
     cmdclass={"build_ext": Build.with_options(use_ninja=True)},
 )
