@@ -30,10 +30,21 @@ def strict(request, monkeypatch):
         monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
 
 
+@pytest.fixture(autouse=True)
+def torch_ort_logger_state():
+    """Every test: the torch_ort logger's level and rank filter are put back afterwards (a level
+    asked for through DebugOptions or ORTMODULE_LOG_LEVEL stays set, as logging levels do)."""
+    from torch_ort.ortmodule.options import LOGGER, RANK_FILTER
+    level, every_rank = LOGGER.level, RANK_FILTER.every_rank
+    yield
+    LOGGER.setLevel(level)
+    RANK_FILTER.every_rank = every_rank
+
+
 @pytest.fixture
 def torch_ort_log():
-    """Every record the torch_ort logger emits during the test, at any level it lets through
-    (DEBUG and up while the test runs; ORTModule construction resets the level)."""
+    """Every record the torch_ort logger emits during the test, at the level it has (set by
+    DebugOptions(log_level=...) or ORTMODULE_LOG_LEVEL; else the root logger's, WARNING)."""
     records = []
     handler = logging.Handler()
     handler.emit = records.append

@@ -45,7 +45,7 @@ INVALID = {
     "ORTMODULE_ONNX_OPSET_VERSION": ("eighteen", "opset number"),
     "ORTMODULE_FALLBACK_POLICY": ("FALLBACK_MAYBE", "FALLBACK_UNSUPPORTED_DATA"),
     "ORTMODULE_FALLBACK_RETRY": ("sometimes", "true, on, yes, 0"),
-    "ORTMODULE_LOG_LEVEL": ("LOUD", "VERBOSE, INFO, WARNING, ERROR, FATAL"),
+    "ORTMODULE_LOG_LEVEL": ("LOUD", "VERBOSE, DEVINFO, INFO, WARNING, ERROR, FATAL"),
     "ORTMODULE_ENABLE_CUSTOM_AUTOGRAD": ("2", "use one of 1, true"),
     "ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT": ("maybe", "use one of"),
     "ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT": ("y", "use one of"),
@@ -222,19 +222,61 @@ def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch, torch_or
                for m in told)
 
 
+def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
+    """ONNX Runtime 1.19's ORTMODULE_* names (its guidelines page, options.py and the other
+    os.getenv/_defined_from_envvar calls of its ortmodule package), each in one of the tables."""
+    from torch_ort.ortmodule.config import ORT_ONLY
+    ort_1_19 = ORT_NAMES | {
+        "ORTMODULE_PRINT_INPUT_DENSITY", "ORTMODULE_ENABLE_SPARSE_OPTIMIZER",
+        "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "ORTMODULE_CONV_ALGO_SEARCH",
+        "ORTMODULE_MEMORY_OPT_PROBE_RECOMPUTE_LEVEL", "ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT",
+        "ORTMODULE_ENABLE_ZERO_STAGE3", "ORTMODULE_USE_TRITON", "ORTMODULE_TRITON_CONFIG_FILE",
+        "ORTMODULE_TRITON_DEBUG", "ORTMODULE_ENABLE_TUNING", "ORTMODULE_MAX_TUNING_DURATION_MS",
+        "ORTMODULE_TUNING_RESULTS_PATH", "ORTMODULE_USE_FLASH_ATTENTION"}
+    assert ort_1_19 <= {v.name for v in VARIABLES} | {v.name for v in ORT_ONLY}
+
+
+def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch, torch_ort_log):
+    from torch_ort.ortmodule import config
+    monkeypatch.setattr(config, "_told", set())
+    monkeypatch.setenv("ORTMODULE_USE_TRITON", "1")
+    for _ in range(2):
+        Settings.from_env()
+    told = [m for m in messages(torch_ort_log, logging.WARNING) if "ORTMODULE_USE_TRITON" in m]
+    assert len(told) == 1 and "has no effect in torch_ort" in told[0] and "Triton" in told[0], told
+
+
+def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch, torch_ort_log):
+    from torch_ort.ortmodule import config
+    monkeypatch.setattr(config, "_told", set())
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LVL", "1")
+    monkeypatch.setenv("ORTMODULE_ZZZ", "1")
+    for _ in range(2):
+        ORTModule(Small())
+    told = [m for m in messages(torch_ort_log, logging.WARNING) if "is not a torch_ort or ONNX" in m]
+    assert len(told) == 2, told
+    assert any(m.startswith("ORTMODULE_MEMORY_OPT_LVL ") and "did you mean ORTMODULE_MEMORY_OPT_LEVEL?" in m
+               for m in told), told
+    assert any(m.startswith("ORTMODULE_ZZZ ") and "docs/user_guide.md" in m for m in told), told
+
+
+def record(level):
+    return logging.LogRecord("torch_ort", level, __file__, 0, "m", (), None)
+
+
 def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
+    from torch_ort.ortmodule.options import RANK_FILTER
+    logger = logging.getLogger("torch_ort")
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "INFO")
     ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))
-    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.INFO
-    monkeypatch.setenv("RANK", "1")
+    assert logger.getEffectiveLevel() == logging.INFO
+    assert RANK_FILTER.filter(record(logging.INFO))
+    monkeypatch.setenv("RANK", "1")   # other ranks: only errors pass the filter
     ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))
-    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.ERROR
+    assert not RANK_FILTER.filter(record(logging.WARNING)) and RANK_FILTER.filter(record(logging.ERROR))
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "VERBOSE")   # VERBOSE: every rank speaks
     ORTModule(Small())
-    assert logging.getLogger("torch_ort").getEffectiveLevel() == logging.DEBUG
-    monkeypatch.delenv("ORTMODULE_LOG_LEVEL")
-    monkeypatch.delenv("RANK")
-    ORTModule(Small())
+    assert logger.getEffectiveLevel() == logging.DEBUG and RANK_FILTER.filter(record(logging.DEBUG))
 
 
 def test_print_memory_stats(monkeypatch, torch_ort_log):

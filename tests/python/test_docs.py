@@ -1,7 +1,8 @@
 """The docs match the code: the user guide's variable table is config.documentation(), every
 public name is in the guide, every ORTMODULE_* name the docs mention exists (ours, or ONNX
 Runtime's that we do not read: config.ORT_ONLY), the README points to both guides, and the
-migration page explains every ORT_ONLY variable and keeps its two sections."""
+migration page explains every ORT_ONLY variable, keeps its two sections and lists ONNX Runtime
+1.19's public names."""
 import pathlib
 import re
 
@@ -26,7 +27,7 @@ def test_guide_lists_every_variable_as_the_table_defines_it():
 def test_docs_name_no_variable_that_does_not_exist():
     known = {v.name for v in VARIABLES} | {v.name for v in ORT_ONLY}
     for name, text in (("README.md", README), *OTHER_DOCS.items()):
-        named = set(re.findall(r"ORTMODULE_[A-Z_]+[A-Z]", text))
+        named = set(re.findall(r"ORTMODULE_[A-Z0-9_]+[A-Z0-9]", text))  # digits: ..._ZERO_STAGE3
         assert named <= known, f"{name} names unknown variables {sorted(named - known)}"
 
 
@@ -45,10 +46,22 @@ def test_migration_page_is_linked_and_explains_what_we_do_not_read():
     page = OTHER_DOCS["migration.md"]
     assert "(migration.md)" in GUIDE
     sections = re.findall(r"^## (.+)$", page, flags=re.M)
-    assert sections == ["Matched", "Behaviours that differ, on purpose"], sections
-    differences = page.split("## Behaviours that differ, on purpose")[1]
+    assert sections == ["Matched", "Behaviours that differ, on purpose",
+                        "ONNX Runtime 1.19's public names"], sections
+    differences = page.split("## Behaviours that differ, on purpose")[1].split("\n## ")[0]
     for var in ORT_ONLY:
         assert f"`{var.name}" in differences, f"migration.md does not say why {var.name} is not read"
     # one entry per difference: each a bullet opening with a bold title
     entries = [line for line in differences.splitlines() if line.startswith("- ")]
     assert entries and all(line.startswith("- **") for line in entries), entries
+
+
+def test_migration_page_lists_every_onnx_runtime_variable_in_its_names_table():
+    page = OTHER_DOCS["migration.md"]
+    table = page.split("## ONNX Runtime 1.19's public names")[1]
+    ort_names = {v.name for v in ORT_ONLY} | {v.name for v in VARIABLES if "ours, not ORT's" not in v.help}
+    missing = [n for n in sorted(ort_names) if f"`{n}`" not in table]
+    assert not missing, f"migration.md's names table does not list {missing}"
+    for name in ("ORTModule", "DebugOptions", "LogLevel", "DEVINFO", "FusedAdam", "FP16_Optimizer",
+                 "LoadBalancingDistributedSampler", "LoadBalancingDistributedBatchSampler"):
+        assert name in table, name

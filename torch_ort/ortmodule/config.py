@@ -3,11 +3,14 @@
 ORTModule reads the table once, when it is constructed (`Settings.from_env()`); an invalid value
 raises a ValueError that names the variable and lists the valid values. Variables whose effect
 belongs to a later stage (memory optimizer, compute optimizer, efficient attention) are parsed and
-validated here, and the stage reads them from the same Settings. ONNX Runtime's variables that we
-do not read are in a second table, ORT_ONLY: setting one logs, once, that it has no effect here.
+validated here, and the stage reads them from the same Settings. ONNX Runtime 1.19's variables
+that we do not read are in a second table, ORT_ONLY: setting one logs, once, that it has no effect
+here and why. Any other ORTMODULE_* name in the environment (a typo) logs, once, the closest valid
+name.
 """
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import os
@@ -181,8 +184,10 @@ VARIABLES: tuple[Variable, ...] = (
              "which failures run the module in eager PyTorch (FALLBACK_* joined by '|')"),
     Variable("ORTMODULE_FALLBACK_RETRY", "fallback_retry", "bool", False, _bool,
              "after a fallback, try the engine again on every call"),
-    Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|INFO|WARNING|ERROR|FATAL", None, _log_level,
-             "overrides DebugOptions.log_level; ranks other than 0 stay quiet at INFO and above"),
+    Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|DEVINFO|INFO|WARNING|ERROR|FATAL", None,
+             _log_level, "sets the torch_ort logger's level, overriding DebugOptions.log_level (unset and "
+             "no log_level: the level is left to the application); ranks other than 0 stay quiet at "
+             "INFO and above; DEVINFO is INFO on every rank"),
     Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, _path,
              "directory DebugOptions(save_onnx=True) writes to, read when the DebugOptions is made "
              "(default: its save_path, else the current directory)"),
@@ -242,6 +247,8 @@ class OrtOnly:
     reason: str  # why torch_ort does not read it (docs/migration.md has the entry)
 
 
+# Every other ORTMODULE_* variable ONNX Runtime 1.19 reads (its options.py, __init__.py, the
+# PythonOp exporter, the Triton and graph-optimizer packages), with why it is not read here.
 ORT_ONLY: tuple[OrtOnly, ...] = (
     OrtOnly("ORTMODULE_PRINT_INPUT_DENSITY",
             "ORT logs, every step, the share of label inputs not equal to the loss's ignore_index and "
@@ -253,17 +260,67 @@ ORT_ONLY: tuple[OrtOnly, ...] = (
     OrtOnly("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER",
             "ORT's embedding-sparsity rewrite (padding ids removed before the embedding) has no "
             "counterpart here"),
+    OrtOnly("ORTMODULE_CONV_ALGO_SEARCH",
+            "it picks ORT's own cuDNN convolution algorithm search; convolutions here run through "
+            "ATen, whose search torch.backends.cudnn.benchmark controls"),
+    OrtOnly("ORTMODULE_MEMORY_OPT_PROBE_RECOMPUTE_LEVEL",
+            "it sets how deep ORT's memory optimizer probes for recompute subgraphs; ours probes one "
+            "fixed depth and ORTMODULE_MEMORY_OPT_LEVEL chooses which plans run"),
+    OrtOnly("ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT",
+            "it hands each gradient to PyTorch as soon as it is computed; here "
+            "ORTMODULE_GRADIENT_RELEASE does that and is on by default (0 turns it off)"),
+    OrtOnly("ORTMODULE_ENABLE_ZERO_STAGE3",
+            "it lets ORT's graph gather DeepSpeed ZeRO stage-3 partitioned parameters itself; "
+            "torch_ort has no such mode (ZeRO stages 1 and 2 work as with any module)"),
+    OrtOnly("ORTMODULE_USE_TRITON",
+            "ORT generates Triton kernels for some subgraphs; the engine here runs its own CPU/CUDA "
+            "kernels and ATen, and has no Triton code generator"),
+    OrtOnly("ORTMODULE_TRITON_CONFIG_FILE", "it configures ORT's Triton code generator, which is not here"),
+    OrtOnly("ORTMODULE_TRITON_DEBUG", "it dumps ORT's generated Triton code, which is not here"),
+    OrtOnly("ORTMODULE_ENABLE_TUNING",
+            "it tunes ORT's Triton and execution-provider kernels online; there is no kernel tuner here"),
+    OrtOnly("ORTMODULE_MAX_TUNING_DURATION_MS", "it bounds ORT's online kernel tuning, which is not here"),
+    OrtOnly("ORTMODULE_TUNING_RESULTS_PATH", "it stores ORT's kernel tuning results, which are not here"),
+    OrtOnly("ORTMODULE_USE_FLASH_ATTENTION",
+            "it fuses attention into ORT's Triton flash-attention kernel; here "
+            "ORTMODULE_USE_EFFICIENT_ATTENTION fuses attention into PyTorch's fused attention, "
+            "which picks a flash kernel itself where the device has one"),
+    OrtOnly("ORTMODULE_ATEN_SDPA_FALLBACK",
+            "it exports scaled_dot_product_attention as an ATen op; here attention goes through "
+            "ORTMODULE_USE_EFFICIENT_ATTENTION's fusion, and ops the engine lacks run through ATen "
+            "anyway (ORTMODULE_ATEN_FALLBACK)"),
+    OrtOnly("ORTMODULE_ENABLE_DATA_OBSERVER",
+            "older ORT's name for the input-density log (ORTMODULE_PRINT_INPUT_DENSITY), not read here"),
+    OrtOnly("ORTMODULE_JSON_CONFIG_PATH",
+            "it names a JSON file for ORT's experimental load_from_json; there is no such loader "
+            "here: set the variables themselves"),
 )
 
-_told: set = set()  # ORT_ONLY variables already reported in this process
+_told: set = set()  # ORT-only and unknown variables already reported in this process
 
 
-def _tell_ort_only(environ) -> None:
-    for var in ORT_ONLY:
-        if environ.get(var.name, "").strip() and var.name not in _told:
-            _told.add(var.name)
-            LOGGER.warning("%s is ONNX Runtime's and has no effect in torch_ort: %s "
-                           "(docs/migration.md)", var.name, var.reason)
+def _tell_unread(environ) -> None:
+    """Once per name: an ORT_ONLY variable says it has no effect and why; an ORTMODULE_* name in
+    neither table names the closest valid one."""
+    ours = {v.name for v in VARIABLES}
+    ort_only = {v.name: v.reason for v in ORT_ONLY}
+    for name in sorted(environ):
+        if not name.startswith("ORTMODULE_") or name in ours or name in _told:
+            continue
+        if name in ort_only:
+            if environ[name].strip():
+                _told.add(name)
+                LOGGER.warning("%s is ONNX Runtime's and has no effect in torch_ort: %s "
+                               "(docs/migration.md)", name, ort_only[name])
+            continue
+        _told.add(name)
+        # compared without the shared prefix, which would make every name look close
+        prefix = len("ORTMODULE_")
+        close = difflib.get_close_matches(name[prefix:], [n[prefix:] for n in (*ours, *ort_only)],
+                                          n=1, cutoff=0.6)
+        hint = (f"did you mean ORTMODULE_{close[0]}?" if close
+                else "the variables are listed in docs/user_guide.md")
+        LOGGER.warning("%s is not a torch_ort or ONNX Runtime variable and is ignored; %s", name, hint)
 
 
 @dataclass(frozen=True)
@@ -281,7 +338,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
         environ = os.environ if environ is None else environ
-        _tell_ort_only(environ)
+        _tell_unread(environ)
         values = {}
         for var in VARIABLES:
             text = environ.get(var.name, "")

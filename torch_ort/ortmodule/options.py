@@ -1,4 +1,9 @@
-"""DebugOptions and LogLevel (every ORTMODULE_* variable is in config.py)."""
+"""DebugOptions, LogLevel and the `torch_ort` logger (every ORTMODULE_* variable is in config.py).
+
+torch_ort logs as a library does: every record goes to the `torch_ort` logger, which has only a
+NullHandler and propagates, so the application's logging configuration (`logging.basicConfig`,
+its own handlers) decides where records go. Its level is set only when the user asks for one
+(DebugOptions(log_level=...) or ORTMODULE_LOG_LEVEL); the root logger is never touched."""
 from __future__ import annotations
 
 import enum
@@ -7,18 +12,23 @@ import os
 from dataclasses import dataclass
 
 LOGGER = logging.getLogger("torch_ort")
+LOGGER.addHandler(logging.NullHandler())  # handlers are the application's choice, not ours
 
 
 class LogLevel(enum.IntEnum):
+    """ONNX Runtime 1.19's levels, in its order (DEVINFO sits between VERBOSE and INFO)."""
+
     VERBOSE = 0
-    INFO = 1
-    WARNING = 2
-    ERROR = 3
-    FATAL = 4
+    DEVINFO = 1  # INFO on every rank: what ONNX Runtime offers its developers for debugging
+    INFO = 2
+    WARNING = 3
+    ERROR = 4
+    FATAL = 5
 
 
 _TO_LOGGING = {
     LogLevel.VERBOSE: logging.DEBUG,
+    LogLevel.DEVINFO: logging.INFO,
     LogLevel.INFO: logging.INFO,
     LogLevel.WARNING: logging.WARNING,
     LogLevel.ERROR: logging.ERROR,
@@ -66,10 +76,27 @@ def _rank() -> int:
         return 0
 
 
+class _RankFilter(logging.Filter):
+    """On ranks other than 0, only errors pass, unless the level asked for is below INFO
+    (VERBOSE, DEVINFO): a multi-process job logs once. The rank is read per record, since
+    torch.distributed may be initialised after the ORTModule is made."""
+
+    every_rank = False  # set by DebugOptions.apply_log_level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.every_rank or record.levelno >= logging.ERROR or _rank() == 0
+
+
+RANK_FILTER = _RankFilter()
+LOGGER.addFilter(RANK_FILTER)
+
+_config_told = False  # DebugOptions(config=...) said once that it has no effect
+
+
 # DebugOptions' arguments and the type each must have: checked whatever save_onnx is (ORT checks
 # onnx_prefix only when save_onnx is set, and save_onnx not at all; docs/migration.md says why).
 _ARGUMENT_TYPES = {
-    "log_level": (LogLevel, "a LogLevel such as LogLevel.INFO"),
+    "log_level": ((LogLevel, type(None)), "a LogLevel such as LogLevel.INFO"),
     "save_onnx": (bool, "True or False"),
     "onnx_prefix": (str, "a str: the saved files' name prefix"),
     "save_path": (str, "a str: the directory for the saved files (ORTMODULE_SAVE_ONNX_PATH wins)"),
@@ -100,19 +127,22 @@ class DebugOptions:
     """What ORTModule logs and saves, checked as ONNX Runtime's DebugOptions checks it (TypeError
     for a wrong type, ValueError for save_onnx without onnx_prefix, OSError for a directory that
     cannot be written). ORTMODULE_LOG_LEVEL, when set, overrides log_level;
-    ORTMODULE_SAVE_ONNX_PATH, when set, overrides save_path. Both are read here, at construction."""
+    ORTMODULE_SAVE_ONNX_PATH, when set, overrides save_path. Both are read here, at construction.
+    `config` is accepted as in ONNX Runtime 1.19, which takes it and reads it nowhere: it has no
+    effect (a value other than None says so once, at WARNING)."""
 
-    log_level: LogLevel = LogLevel.WARNING
+    log_level: LogLevel | None = None  # None: WARNING, and the torch_ort logger's level is left alone
     save_onnx: bool = False
     onnx_prefix: str = ""
     save_path: str = ""  # save_onnx's directory when ORTMODULE_SAVE_ONNX_PATH is unset (default: cwd)
+    config: object = None  # ONNX Runtime 1.19's unused argument, accepted for its signature
 
     def __post_init__(self):
         for name, (kind, expected) in _ARGUMENT_TYPES.items():
             value = getattr(self, name)
             if not isinstance(value, kind):
                 named = value.strip().upper() if isinstance(value, str) else None
-                hint = f"; use LogLevel.{named}" if kind is LogLevel and named in LogLevel.__members__ else ""
+                hint = f"; use LogLevel.{named}" if name == "log_level" and named in LogLevel.__members__ else ""
                 raise TypeError(f"DebugOptions({name}={value!r}): {name} must be {expected}, got "
                                 f"{type(value).__name__}{hint}")
         if self.save_onnx and not self.onnx_prefix:
@@ -120,6 +150,11 @@ class DebugOptions:
         env = os.environ.get("ORTMODULE_LOG_LEVEL", "").strip()
         if env:
             self.log_level = parse_log_level(env)
+        self._level_asked = self.log_level is not None  # by the argument or the variable
+        if self.log_level is None:
+            self.log_level = LogLevel.WARNING
+        if self.config is not None:
+            _tell_config_unused(self.config)
         self._save_dir = None
         if self.save_onnx:
             self._save_dir = self._resolve_save_dir()
@@ -136,14 +171,19 @@ class DebugOptions:
         return self._save_dir or self._resolve_save_dir()
 
     def apply_log_level(self) -> None:
-        """Sets the torch_ort logger's level; ranks other than 0 stay quiet at INFO and above
-        (only errors), so a multi-process job logs once."""
-        level = _TO_LOGGING[self.log_level]
-        if self.log_level >= LogLevel.INFO and _rank() > 0:
-            level = logging.ERROR
-        LOGGER.setLevel(level)
-        if not LOGGER.handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[torch_ort %(levelname)s] %(message)s"))
-            LOGGER.addHandler(handler)
-            LOGGER.propagate = False
+        """Sets the torch_ort logger's level, only if the user asked for one (log_level or
+        ORTMODULE_LOG_LEVEL); below INFO every rank speaks, else ranks other than 0 pass only
+        errors (RANK_FILTER). No handler is added and no other logger is touched."""
+        if not self._level_asked:
+            return
+        LOGGER.setLevel(_TO_LOGGING[self.log_level])
+        RANK_FILTER.every_rank = self.log_level < LogLevel.INFO
+
+
+def _tell_config_unused(config) -> None:
+    global _config_told
+    if not _config_told:
+        _config_told = True
+        LOGGER.warning("DebugOptions(config=%s) has no effect: ONNX Runtime 1.19 accepts the argument "
+                       "and reads it nowhere, and so does torch_ort (docs/migration.md)",
+                       type(config).__name__)
