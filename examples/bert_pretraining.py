@@ -187,6 +187,7 @@ def main() -> None:
               f"({args.batch * args.accum * world} global); {args.precision}; "
               f"{'eager PyTorch' if args.eager else 'ORTModule'} + FusedLamb")
     window_t, window_steps = time.perf_counter(), 0
+    total = None  # stays None when the checkpoint is already at --steps (nothing left to train)
     for step in range(start, args.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
@@ -223,7 +224,8 @@ def main() -> None:
         if stopping:
             break
     if rank == 0:
-        print(f"final loss {total:.4f}; checkpoint {ckpt}")
+        print(f"final loss {total:.4f}; checkpoint {ckpt}" if total is not None else
+              f"nothing to train: {ckpt} is at step {start} of --steps {args.steps}")
     if distributed:
         # DDP's reducer holds the process group: free the model first, so that the group's gloo
         # threads end here and not during interpreter shutdown, where torch can abort the rank.

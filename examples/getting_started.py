@@ -3,9 +3,11 @@
 Data: scikit-learn's handwritten digits (1,797 8x8 images, shipped inside the package).
 The two runs start from the same weights, see the same batches and use the same optimizer
 (torch_ort's FusedAdam); the example prints both loss curves and the median step time of each.
-The two torch_ort lines are marked.
+The two torch_ort lines are marked. (scripts/run_example.sh runs the main example,
+examples/huggingface_gpt2.py, not this file.)
 
-    scripts/run_example.sh                 # installs what it needs, then runs this file
+    scripts/bootstrap.sh                   # installs what it needs (.venv); then:
+    .venv/bin/python examples/getting_started.py
     .venv/bin/python examples/getting_started.py --steps 300 --batch 64
     .venv/bin/python examples/getting_started.py --device cuda   # on a GPU (default: the CPU)
 """

@@ -3,7 +3,8 @@
 No download. Pre-training text: the Python standard library's own source (its top-level *.py
 files). Fine-tuning text: Python's reference documentation as the interpreter ships it
 (pydoc_data.topics, English prose). Both byte-level (vocab 256). The loop is plain Hugging Face +
-PyTorch; the one torch_ort line is `ORTModule(model)`.
+PyTorch with the README's two-line change: `ORTModule(model)` and torch_ort's `FusedAdam` in
+place of `torch.optim.AdamW` (same arguments, same update); the eager run keeps torch.optim.AdamW.
 
 Steps: pre-train on code -> checkpoint (save_pretrained + optimizer state) -> perplexity on
 held-out documentation -> a fresh model loaded from the checkpoint -> fine-tune on the
@@ -14,6 +15,7 @@ side by side and draws both loss curves (PNG).
     scripts/run_example.sh                                       # installs what it needs, then this
     .venv/bin/python examples/huggingface_gpt2.py --steps 400 --finetune-steps 200 --width 128
     .venv/bin/python examples/huggingface_gpt2.py --mode ortmodule   # one process, no comparison
+    .venv/bin/python examples/huggingface_gpt2.py --no-eager         # only ORTModule (--eager: only eager)
     .venv/bin/python examples/huggingface_gpt2.py --device cuda      # on a GPU (default: the CPU)
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ import transformers
 from tqdm import tqdm
 
 import torch_ort
+from torch_ort.optim import FusedAdam
 
 MODES = ("ortmodule", "eager")
 
@@ -94,7 +97,7 @@ def perplexity(model, data: torch.Tensor, args) -> float:
 
 
 def train(model, opt, data, steps, lr, args, label) -> dict:
-    """`steps` steps of cosine-decayed AdamW; the losses and the steady tokens/s (first step apart)."""
+    """`steps` steps of cosine-decayed AdamW (FusedAdam or torch's); the losses and the steady tokens/s (first step apart)."""
     gen = torch.Generator().manual_seed(args.seed)
     warmup = max(1, steps // 20)
     losses, first_s, start = [], 0.0, time.perf_counter()
@@ -123,13 +126,15 @@ def run_mode(args) -> dict:
     ours = args.mode == "ortmodule"
     code_train, _ = split(stdlib_source(args.data_mb))
     docs_train, docs_val = split(python_docs(args.data_mb))
-    wrap = torch_ort.ORTModule if ours else (lambda m: m)
+    wrap = torch_ort.ORTModule if ours else (lambda m: m)  # torch_ort line 1
+    adamw = FusedAdam if ours else torch.optim.AdamW      # torch_ort line 2: FusedAdam makes AdamW's update
     torch.manual_seed(args.seed)
     model = wrap(build_model(args).to(args.device))
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = adamw(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     out = {"mode": args.mode, "parameters": sum(p.numel() for p in model.parameters())}
     out["pretrain"] = train(model, opt, code_train, args.steps, args.lr, args, f"{args.mode}: pre-train on code")
     exports = getattr(model, "export_count", 0)
+    fallbacks = [model.fallback] if ours else []
 
     # Checkpoint as a Hugging Face model (ORTModule.module is the GPT2LMHeadModel) + optimizer.
     ckpt = Path(args.out_dir) / f"checkpoint-{args.mode}"
@@ -141,14 +146,16 @@ def run_mode(args) -> dict:
     # A new job: the model from the checkpoint, then fine-tuning with a fresh optimizer.
     model = wrap(transformers.GPT2LMHeadModel.from_pretrained(ckpt).to(args.device))
     out["perplexity_loaded"] = perplexity(model, docs_val, args)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.finetune_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = adamw(model.parameters(), lr=args.finetune_lr, betas=(0.9, 0.95), weight_decay=0.1)
     out["finetune"] = train(model, opt, docs_train, args.finetune_steps, args.finetune_lr, args,
                             f"{args.mode}: fine-tune on docs")
     out["perplexity_after"] = perplexity(model, docs_val, args)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.device.startswith("cuda"):
         out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    out["fell_back"] = ours and model.engine_build_count == 0
+    # ORTModule.fallback: None while the engine runs, else the policy flag and the reason
+    fallbacks += [model.fallback] if ours else []
+    out["fell_back"] = "; ".join(f"{f.flag}: {f.reason}" for f in fallbacks if f is not None)
     return out
 
 
@@ -179,7 +186,7 @@ def report(results: dict, args) -> None:
         o = results["ortmodule"]
         print(f"ORTModule exports: {o['exports_pretrain']} while pre-training, "
               f"{o['exports_after_eval']} after evaluation"
-              + ("; it FELL BACK to eager PyTorch (the warning above says why)" if o["fell_back"] else ""))
+              + (f"; it FELL BACK to eager PyTorch ({o['fell_back']})" if o["fell_back"] else ""))
 
 
 def plot(results: dict, path: Path) -> bool:
@@ -210,7 +217,9 @@ def plot(results: dict, path: Path) -> bool:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=MODES, help="run one mode in this process (default: both, compared)")
-    p.add_argument("--no-eager", action="store_true", help="compare nothing: only the ORTModule process")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--no-eager", action="store_true", help="compare nothing: only the ORTModule process")
+    only.add_argument("--eager", action="store_true", help="compare nothing: only the eager PyTorch process")
     p.add_argument("--steps", type=int, default=200, help="pre-training steps")
     p.add_argument("--finetune-steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=16)
@@ -241,8 +250,9 @@ def main() -> None:
     print(f"GPT-2, {args.layers} layers x {args.width} wide; batch {args.batch} x {args.seq} bytes; "
           f"{args.steps} pre-training + {args.finetune_steps} fine-tuning steps; each mode in its own process")
     results = {}
-    passed = [a for a in sys.argv[1:] if a != "--no-eager"]
-    for mode in MODES[:1] if args.no_eager else MODES:
+    passed = [a for a in sys.argv[1:] if a not in ("--no-eager", "--eager")]
+    modes = MODES[:1] if args.no_eager else MODES[1:] if args.eager else MODES
+    for mode in modes:
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             subprocess.run([sys.executable, os.path.abspath(__file__), "--mode", mode, "--result", f.name,
                             *passed], check=True)

@@ -1,10 +1,10 @@
 """torch_ort: train PyTorch modules faster through a C++ graph engine.
 
     model = torch_ort.ORTModule(model)   # forward + backward run by our engine
-    optimizer = torch_ort.optim.FusedAdam(model.parameters())
+    optimizer = torch_ort.optim.FusedAdam(model.parameters(), lr=1e-4)  # torch.optim.AdamW's update
 """
 from torch_ort import optim, utils
-from torch_ort.ortmodule import DebugOptions, LogLevel, ORTModule
+from torch_ort.ortmodule import DebugOptions, FallbackStatus, LogLevel, ORTModule, ORTModuleFallbackWarning
 
 
 def pass_names() -> list[str]:
@@ -15,5 +15,6 @@ def pass_names() -> list[str]:
     return [n for n in _C.pass_names() if n not in required]
 
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "optim", "pass_names", "utils"]
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "ORTModuleFallbackWarning",
+           "optim", "pass_names", "utils"]
 __version__ = "0.1.0"

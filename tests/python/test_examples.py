@@ -1,8 +1,17 @@
-"""The README's main job runs: a short getting-started run trains, and matches eager."""
+"""The README's main job runs: a short getting-started run trains, and matches eager; every
+command line the examples document parses and runs (shortened)."""
+import argparse
+import ast
+import os
 import re
+import runpy
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,3 +106,139 @@ def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
     resumed, out = run("--resume", *vocab, ckpt=tmp_path / "b")
     assert "resumed from" in out and first == whole[:3]
     assert resumed == whole[3:], (resumed, whole)
+
+
+# --- every command line the examples document ---------------------------------------------------
+# Where command lines are documented: each example's docstring, scripts/run_example.sh (which runs
+# huggingface_gpt2.py with its extra arguments), the README and docs/*.md. Each one must parse,
+# every flag a comment mentions must exist, and each distinct run (after the tiny settings below
+# replace the sizes) runs end to end.
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+TINY = {  # appended last (argparse: the last value wins): seconds, not minutes, on 2 CPU cores
+    "getting_started": ["--steps", "4"],
+    "huggingface_gpt2": ["--steps", "2", "--finetune-steps", "1", "--eval-batches", "1", "--data-mb", "0.1",
+                         "--width", "32", "--layers", "1", "--batch", "4", "--seq", "32", "--quiet"],
+    "ddp_training": ["--steps", "2", "--data-mb", "0.1", "--width", "32", "--layers", "1", "--tokens", "256",
+                     "--max-len", "64", "--device", "cpu"],
+    "bert_pretraining": ["--steps", "2", "--accum", "1", "--batch", "4", "--seq", "32", "--hidden", "32",
+                         "--layers", "1", "--vocab", "300", "--log-every", "1", "--device", "cpu"],
+}
+OUTPUT_DIRS = {"huggingface_gpt2": "--out-dir", "bert_pretraining": "--checkpoint-dir"}
+
+
+def _docstring(name: str) -> str:
+    return ast.get_docstring(ast.parse((ROOT / "examples" / f"{name}.py").read_text())) or ""
+
+
+def documented_lines() -> list[tuple[str, tuple[str, ...], bool]]:
+    """(example, its arguments, under torch.distributed.run) for every documented command line."""
+    found = []
+    texts = [_docstring(n) for n in EXAMPLES] + [(ROOT / "README.md").read_text()]
+    texts += [p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))]
+    for text in texts:
+        for line in text.splitlines():
+            code = re.split(r"[#`]", line)[0].strip()
+            if not code.startswith((".venv/bin/python", "python", "torchrun", "examples/", "scripts/")):
+                continue  # prose, not a command line
+            m = re.search(r"examples/(\w+)\.py(?=\s|$)(.*)", code)
+            if m and m.group(1) in EXAMPLES:
+                args = tuple(shlex.split(m.group(2).rstrip("\\ ")))
+                found.append((m.group(1), args, "torch.distributed.run" in code or "torchrun" in code))
+            elif code.strip().startswith("scripts/run_example.sh"):
+                found.append(("huggingface_gpt2", tuple(shlex.split(code.split("run_example.sh", 1)[1])), False))
+    script = (ROOT / "scripts" / "run_example.sh").read_text()
+    assert 'examples/huggingface_gpt2.py "$@"' in script  # it passes its arguments on
+    for comment in (line for line in script.splitlines() if line.startswith("#")):
+        for flag, value in re.findall(r"(--[a-z][a-z-]*)(?: (\d+))?", comment):
+            found.append(("huggingface_gpt2", (flag, value) if value else (flag,), False))
+    return sorted(set(found))
+
+
+def mentioned_flags() -> list[tuple[str, str]]:
+    """(example, flag) for every flag an example's docstring names, in a command or in prose."""
+    return sorted({(n, f) for n in EXAMPLES for f in re.findall(r"(?<![\w-])(--[a-z][a-z_-]*)", _docstring(n))
+                   if f not in ("--nproc_per_node", "--standalone")})
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parse(name: str, argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The example's own parser applied to argv: its main() runs up to parse_args, no further."""
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self, args=None, namespace=None):
+        raise _Parsed(self, original(self, args, namespace))
+
+    old_argv = sys.argv
+    sys.argv = [str(ROOT / "examples" / f"{name}.py"), *argv]
+    argparse.ArgumentParser.parse_args = stop
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except _Parsed as done:
+        return done.args
+    except SystemExit as e:
+        raise AssertionError(f"examples/{name}.py {' '.join(argv)}: exits {e.code} while parsing") from e
+    finally:
+        argparse.ArgumentParser.parse_args = original
+        sys.argv = old_argv
+    raise AssertionError(f"examples/{name}.py never parsed its arguments")
+
+
+def test_the_docs_document_command_lines_of_every_example():
+    lines = documented_lines()
+    assert {n for n, _, _ in lines} == set(EXAMPLES), lines
+    assert ("huggingface_gpt2", ("--eager",), False) in lines  # run_example.sh's
+
+
+@pytest.mark.parametrize("name, argv, distributed", documented_lines(),
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
+def test_documented_command_line_parses(name, argv, distributed):
+    parse(name, argv)
+
+
+@pytest.mark.parametrize("name, flag", mentioned_flags(), ids=lambda v: v)
+def test_every_flag_a_docstring_mentions_exists(name, flag):
+    parser, _ = parse(name, [])
+    assert flag in parser._option_string_actions, f"examples/{name}.py's docstring names {flag}"
+
+
+def distinct_runs():
+    """The documented lines that run differently once TINY has replaced the sizes; a CUDA line
+    only where a GPU is."""
+    runs, seen = [], set()
+    for name, argv, distributed in documented_lines():
+        _, ns = parse(name, [*argv, *TINY[name]])
+        if getattr(ns, "device", None) == "cuda" and not torch.cuda.is_available():
+            continue
+        key = (name, distributed, tuple(sorted((k, str(v)) for k, v in vars(ns).items())))
+        if key not in seen:
+            seen.add(key)
+            runs.append((name, argv, distributed))
+    return runs
+
+
+@pytest.mark.parametrize("name, argv, distributed", distinct_runs(),
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
+def test_documented_command_line_runs(tmp_path, name, argv, distributed):
+    """Each documented command line, shortened by TINY: exits 0, trains through the engine (no
+    fallback) where it uses ORTModule, in well under a minute on 2 CPU cores."""
+    out_dir = [OUTPUT_DIRS[name], str(tmp_path)] if name in OUTPUT_DIRS else []
+    script = [str(ROOT / "examples" / f"{name}.py"), *argv, *TINY[name], *out_dir]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script] \
+        if distributed else [sys.executable, *script]
+    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    if "--resume" in argv:  # resumes the checkpoint of a first run that stopped after one step
+        first = subprocess.run([sys.executable, *[a for a in script if a != "--resume"], "--stop-after", "1"],
+                               capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert run.returncode == 0, " ".join(cmd) + "\n" + run.stdout[-2000:] + run.stderr[-3000:]
+    assert "FELL BACK" not in run.stdout and "falling back" not in run.stderr, run.stdout + run.stderr
+    if "--resume" in argv:
+        assert "resumed from" in run.stdout and re.search(r"^step\s+2\s+loss", run.stdout, re.M), run.stdout
+    if name == "huggingface_gpt2" and "--mode" not in argv:  # which processes ran, side by side
+        header = next(line for line in run.stdout.splitlines() if line.startswith("| |"))
+        want = ["ortmodule"] * ("--eager" not in argv) + ["eager"] * ("--no-eager" not in argv)
+        assert header.split("|")[2:-1] == [f" {m} " for m in want], header

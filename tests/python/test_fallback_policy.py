@@ -1,13 +1,16 @@
 """ORTMODULE_FALLBACK_POLICY: every flag exercised by a model that triggers its failure kind —
 covered: one warning naming the flag, then eager PyTorch; not covered (or FALLBACK_DISABLE): the
-error itself. ORTMODULE_FALLBACK_RETRY, FORCE_TORCH_* and BAD_INITIALIZATION."""
+error itself. ORTMODULE_FALLBACK_RETRY, FORCE_TORCH_* and BAD_INITIALIZATION. After every kind,
+ORTModule.fallback (and stats()["fallback"]) names the flag and the reason; the warning is an
+ORTModuleFallbackWarning, which a filter can turn into an error."""
 import warnings
 
 import pytest
 import torch
 
 from test_bad_input import ComplexInput, DataDependentBranch, WithCumsum
-from torch_ort import ORTModule
+import torch_ort
+from torch_ort import FallbackStatus, ORTModule, ORTModuleFallbackWarning
 from torch_ort.ortmodule import (
     ORTModuleDeviceException,
     ORTModuleInitException,
@@ -80,7 +83,25 @@ def test_flag_falls_back_with_one_warning_naming_it(monkeypatch, flag):
             torch.testing.assert_close(out, model(x)) if x.device.type != "meta" else None
     mine = [str(w.message) for w in caught if "torch_ort" in str(w.message)]
     assert len(mine) == 1 and flag in mine[0], mine
+    assert [w.category for w in caught if "torch_ort" in str(w.message)] == [ORTModuleFallbackWarning]
     assert isinstance(ours._fallback.cause, kind)
+    assert_status(ours, flag, kind)
+
+
+def assert_status(ours, flag, kind=None):
+    """ORTModule.fallback after a fallback: a frozen FallbackStatus naming the policy flag, the
+    reason (the failure's message) and the failure's class; stats() shows the same."""
+    status = ours.fallback
+    assert isinstance(status, FallbackStatus), status
+    assert status.flag == flag and status.reason, status
+    assert status.error_type == (kind.__name__ if kind is not None else "")
+    if kind is not None:
+        assert status.reason == str(ours._fallback.cause)
+    assert ours.stats()["fallback"] == status
+    with pytest.raises(AttributeError):
+        ours.fallback = None  # read-only
+    with pytest.raises(Exception):
+        status.flag = "x"  # frozen
 
 
 @pytest.mark.parametrize("flag", sorted(CASES))
@@ -111,20 +132,25 @@ def test_bad_initialization(monkeypatch):
     with pytest.raises(ORTModuleInitException, match="lazy"):
         ORTModule(Lazy())  # the default policy does not cover it
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_BAD_INITIALIZATION")
-    with pytest.warns(UserWarning, match="FALLBACK_BAD_INITIALIZATION"):
+    with pytest.warns(ORTModuleFallbackWarning, match="FALLBACK_BAD_INITIALIZATION"):
         ours = ORTModule(Lazy())
+    assert_status(ours, "FALLBACK_BAD_INITIALIZATION", ORTModuleInitException)
+    assert "lazy" in ours.fallback.reason
     ours(torch.randn(2, 5)).backward()  # eager materialises the lazy parameters and trains
     assert ours.module.fc.weight.grad.shape == (3, 5)
     assert ours.export_count == 0
+    assert_status(ours, "FALLBACK_BAD_INITIALIZATION", ORTModuleInitException)
 
 
 @pytest.mark.parametrize("flag", ["FALLBACK_FORCE_TORCH_FORWARD", "FALLBACK_FORCE_TORCH_BACKWARD"])
 def test_forced_fallback_runs_eager_from_the_start(monkeypatch, flag):
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
-    with pytest.warns(UserWarning, match=flag):
+    with pytest.warns(ORTModuleFallbackWarning, match=flag):
         ours = ORTModule(Small())
+    assert_status(ours, flag)
     ours(torch.randn(2, 4)).backward()
     assert ours.export_count == 0 and ours.module.fc.weight.grad is not None
+    assert_status(ours, flag)
 
 
 @pytest.mark.fallback
@@ -132,10 +158,12 @@ def test_retry_uses_the_engine_again(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
 
     ours = ORTModule(Either())
-    with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_DATA"):
+    with pytest.warns(ORTModuleFallbackWarning, match="FALLBACK_UNSUPPORTED_DATA"):
         ours(torch.randn(3, 4, dtype=torch.cfloat))   # eager this once
+    assert_status(ours, "FALLBACK_UNSUPPORTED_DATA", ORTModuleIOError)
     ours(torch.randn(3, 4)).backward()                 # the engine again
     assert ours.export_count == 1
+    assert ours.fallback is None and ours.stats()["fallback"] is None
 
 
 @pytest.mark.fallback
@@ -205,11 +233,12 @@ def test_dataparallel_inside_ortmodule_is_an_unsupported_torch_model(monkeypatch
         ORTModule(torch.nn.DataParallel(Small()))
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_TORCH_MODEL")
     inner = Small()
-    with pytest.warns(UserWarning, match="FALLBACK_UNSUPPORTED_TORCH_MODEL"):
+    with pytest.warns(ORTModuleFallbackWarning, match="FALLBACK_UNSUPPORTED_TORCH_MODEL"):
         ours = ORTModule(torch.nn.DataParallel(inner))
     x = torch.randn(3, 4)
     torch.testing.assert_close(ours(x), inner(x))
     assert ours.export_count == 0
+    assert_status(ours, "FALLBACK_UNSUPPORTED_TORCH_MODEL", ORTModuleTorchModelException)
 
 
 @pytest.mark.fallback
@@ -221,3 +250,61 @@ def test_dataparallel_with_retry_stays_eager(monkeypatch):
     for _ in range(2):
         ours(torch.randn(3, 4)).backward()
     assert ours.export_count == 0
+
+
+def test_no_fallback_while_the_engine_runs():
+    ours = ORTModule(Small())
+    assert ours.fallback is None
+    ours(torch.randn(2, 4)).backward()
+    assert ours.export_count == 1 and ours.fallback is None and ours.stats()["fallback"] is None
+
+
+def test_the_warning_class_is_exported_and_a_user_warning():
+    assert torch_ort.ORTModuleFallbackWarning is torch_ort.ortmodule.ORTModuleFallbackWarning
+    assert issubclass(ORTModuleFallbackWarning, UserWarning)
+    assert torch_ort.FallbackStatus is torch_ort.ortmodule.FallbackStatus
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_fallback_warning_filtered_to_an_error_raises_and_nothing_runs_eager(monkeypatch, flag):
+    """warnings.simplefilter("error", ORTModuleFallbackWarning): every call that would fall back
+    raises the warning instead, and the module is not switched to eager behind the user's back."""
+    kind, make, env = CASES[flag]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
+    model, x = make()
+    ours = ORTModule(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ORTModuleFallbackWarning)
+        for _ in range(2):
+            with pytest.raises(ORTModuleFallbackWarning, match=flag):
+                ours(x)
+            assert ours.fallback is None and not ours._fallback.active
+    with pytest.warns(ORTModuleFallbackWarning):  # unfiltered, the same call falls back
+        ours(x)
+    assert_status(ours, flag, kind)
+
+
+@pytest.mark.parametrize("flag, make", [
+    ("FALLBACK_FORCE_TORCH_FORWARD", Small),
+    ("FALLBACK_BAD_INITIALIZATION", Lazy),
+    ("FALLBACK_UNSUPPORTED_TORCH_MODEL", lambda: torch.nn.DataParallel(Small())),
+])
+def test_fallback_warning_filtered_to_an_error_at_construction(monkeypatch, flag, make):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ORTModuleFallbackWarning)
+        with pytest.raises(ORTModuleFallbackWarning, match=flag):
+            ORTModule(make())
+
+
+@pytest.mark.fallback
+def test_other_warnings_are_not_fallback_warnings(monkeypatch):
+    """The filter catches fallbacks only: a module that trains through the engine warns nothing
+    of that class."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ORTModuleFallbackWarning)
+        ours = ORTModule(Small())
+        ours(torch.randn(2, 4)).backward()
+    assert ours.fallback is None

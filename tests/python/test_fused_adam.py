@@ -97,6 +97,19 @@ def test_adamw_torch_mode_matches_torch_adamw(cpu_path):
         torch.testing.assert_close(pa.detach(), pb.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_defaults_are_torch_adamw_and_make_its_update(cpu_path):
+    """FusedAdam(params, lr=...) is torch.optim.AdamW(params, lr=...): the same defaults (the
+    ADAMW_TORCH rule, eps 1e-8, weight_decay 0.01) and the same update."""
+    def hyper(opt):
+        return {k: opt.defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
+    ps = make_params()
+    assert hyper(FusedAdam(ps)) == hyper(torch.optim.AdamW(ps))
+    assert FusedAdam(ps).defaults["adam_w_mode"] == AdamWMode.ADAMW_TORCH
+    a, b = train_pair(lambda ps: FusedAdam(ps, lr=1e-2), lambda ps: torch.optim.AdamW(ps, lr=1e-2))
+    for pa, pb in zip(a, b):
+        torch.testing.assert_close(pa.detach(), pb.detach(), rtol=1e-5, atol=1e-5)
+
+
 def test_adam_l2_mode_matches_torch_adam_up_to_eps_placement(cpu_path):
     # torch adds eps to √v/√bc2, ORT's rule to √v, so ORT's eps weighs 1/√bc2 (up to 32×) more in
     # early steps. Against √v ~ 1 that is nothing; an element whose gradients are ~1e-6 moves
@@ -167,7 +180,7 @@ def test_noncontiguous_parameter_is_updated_in_place():
     base = torch.randn(8, 6)
     p = torch.nn.Parameter(base.t())  # a transposed view: not contiguous
     r = p.detach().clone()
-    opt = FusedAdam([p], lr=1e-2, weight_decay=0.1)
+    opt = FusedAdam([p], lr=1e-2, weight_decay=0.1, eps=1e-6, adam_w_mode=AdamWMode.ADAMW_TRANSFORMERS)
     m, v = torch.zeros(r.shape), torch.zeros(r.shape)
     for step in range(1, 4):
         p.grad = torch.randn(p.shape)

@@ -1,7 +1,6 @@
 """ORTModule as an nn.Module: state_dict/parameters of the original, nested inputs and outputs,
 re-export only on a schema change, save_onnx files, and the saved-set log line."""
 import glob
-import logging
 import os
 
 import onnx
@@ -122,12 +121,7 @@ def test_save_onnx_needs_prefix():
 
 def test_info_log_reports_saved_set(strict, caplog):
     ours = ORTModule(MLPClassifier(), DebugOptions(log_level=LogLevel.INFO))
-    logger = logging.getLogger("torch_ort")
-    logger.addHandler(caplog.handler)
-    try:
-        ours(*classifier_batch(4))[0].backward()
-    finally:
-        logger.removeHandler(caplog.handler)
+    ours(*classifier_batch(4))[0].backward()  # torch_ort's records propagate to caplog's handler
     line = next(r.getMessage() for r in caplog.records if "saved set" in r.getMessage())
     saved, total = (int(v) for v in line.split("saved set: ")[1].split(" forward")[0].split(" of "))
     assert 0 < saved < total, line
@@ -137,7 +131,7 @@ def test_log_level_env_overrides_debug_options(monkeypatch):
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "ERROR")
     assert DebugOptions(log_level=LogLevel.INFO).log_level == LogLevel.ERROR
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "LOUD")
-    with pytest.raises(ValueError, match="VERBOSE, INFO, WARNING, ERROR, FATAL"):
+    with pytest.raises(ValueError, match="VERBOSE, DEVINFO, INFO, WARNING, ERROR, FATAL"):
         DebugOptions()
 
 
@@ -164,3 +158,38 @@ def test_state_dict_round_trip_when_ortmodule_is_a_child():
     # the wrapped modules' versions are found under the names the parent's walk uses
     assert state._metadata["body._original_module.1"] == state._metadata["body.1"]
     assert state._metadata["body.1"]["version"] == torch.nn.BatchNorm1d._version
+
+
+def test_repr_shows_the_wrapped_module_without_the_wrapper_attribute():
+    inner = torch.nn.Linear(4, 3)
+    assert repr(ORTModule(inner)) == f"ORTModule(\n  {inner!r}\n)"
+    nested = MLPClassifier()
+    text = repr(ORTModule(nested))
+    assert "_original_module" not in text
+    assert text.splitlines()[1:-1] == ["  " + line for line in repr(nested).splitlines()]
+    parent = torch.nn.Sequential(ORTModule(torch.nn.Linear(2, 2)))  # inside a parent, indented
+    assert "(0): ORTModule(\n    Linear(in_features=2, out_features=2, bias=True)\n  )" in repr(parent)
+
+
+def test_package_is_typed():
+    """PEP 561: torch_ort ships py.typed (pyproject's package-data), and ORTModule's public
+    methods carry type hints."""
+    import inspect
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(torch_ort.__file__).parent
+    assert (root / "py.typed").is_file()
+    meta = tomllib.loads((root.parent / "pyproject.toml").read_text())
+    assert "py.typed" in meta["tool"]["setuptools"]["package-data"]["torch_ort"]
+    public = ["__init__", "state_dict", "load_state_dict", "register_buffer", "register_parameter",
+              "add_module", "named_parameters", "named_buffers", "named_modules", "stats",
+              "export_onnx", "memory_report", "_forward_call"]
+    for name in public:
+        sig = inspect.signature(getattr(ORTModule, name))
+        assert name == "__init__" or sig.return_annotation is not inspect.Signature.empty, name
+        untyped = [p.name for p in sig.parameters.values() if p.name != "self"
+                   and p.annotation is inspect.Parameter.empty]
+        assert not untyped, f"ORTModule.{name}: {untyped} have no type hint"
+    for prop in ("module", "fallback"):
+        assert "return" in getattr(ORTModule, prop).fget.__annotations__, prop

@@ -1,11 +1,13 @@
 """The two-line promise: `ORTModule(model)` with `FusedAdam` (or FP16_Optimizer for a bf16 model)
 trains as eager PyTorch with torch.optim does, step for step."""
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
 import model_zoo
+import torch_ort
 from torch_ort import ORTModule
 from torch_ort.optim import AdamWMode, FP16_Optimizer, FusedAdam
 
@@ -56,3 +58,48 @@ def test_bf16_gpt2_with_ortmodule_and_fp16_optimizer_follows_eager(strict):
     for a, b in zip(got, ref):  # bf16 activations: rtol 1e-2
         assert a == pytest.approx(b, rel=1e-2)
     assert all(p.dtype == torch.bfloat16 for p in ours.parameters())
+
+
+def readme_two_lines() -> list[str]:
+    """The two lines README.md shows (its first Python block): ORTModule, then FusedAdam."""
+    block = (Path(__file__).parents[2] / "README.md").read_text().split("```python\n", 1)[1].split("```")[0]
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    ours = [line for line in lines if "ORTModule(" in line or "FusedAdam(" in line]
+    assert len(ours) == 2 and "FusedAdam(model.parameters()" in ours[1], block
+    return ours
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(12, 32), torch.nn.Linear(32, 5)
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.fc2(torch.tanh(self.fc1(x))), y)
+
+
+def test_readme_two_lines_train_as_torch_adamw():
+    """The README's two lines, exactly as shown, against the same model trained eagerly with
+    torch.optim.AdamW called with the same arguments: FusedAdam's defaults are AdamW's (decay
+    before the step, eps 1e-8, weight_decay 0.01), so the parameters agree to fp32 rounding."""
+    wrap, make_opt = readme_two_lines()
+    torch.manual_seed(0)
+    eager = MLP()
+    ns = {"torch_ort": torch_ort, "model": copy.deepcopy(eager)}
+    exec(wrap, ns)
+    exec(make_opt, ns)
+    ours, opt = ns["model"], ns["optimizer"]
+    assert isinstance(ours, ORTModule) and isinstance(opt, FusedAdam)
+    ref = {"torch": torch, "model": eager}
+    exec(make_opt.replace("torch_ort.optim.FusedAdam(", "torch.optim.AdamW("), ref)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(12):
+        x, y = torch.randn(16, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)
+        for model, o in ((ours, opt), (eager, ref["optimizer"])):
+            o.zero_grad()
+            model(x, y).backward()
+            o.step()
+        for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7,
+                                       msg=lambda m: f"step {step}, {name}: {m}")
+    assert ours.fallback is None and ours.export_count == 1

@@ -10,7 +10,12 @@ bc2 = 1-β2^t (both 1 without bias correction), and every gradient first multipl
     ADAMW_TORCH            (2): p ← p·(1 - lr·wd) first;  p ← p - (lr/bc1)·m/(√v/√bc2 + eps)
 
 Mode 2 is torch.optim.AdamW's rule; mode 0 is torch.optim.Adam(weight_decay=wd) except that eps
-is added to √v rather than to √v/√bc2. Parameters may be fp32, fp16 or bf16; the moments are
+is added to √v rather than to √v/√bc2.
+
+The defaults are torch.optim.AdamW's (ADAMW_TORCH, eps=1e-8, weight_decay=0.01), so that
+`FusedAdam(model.parameters(), lr=...)` replaces `torch.optim.AdamW(model.parameters(), lr=...)`
+with the same update. ONNX Runtime's FusedAdam defaulted to ADAMW_TRANSFORMERS, eps=1e-6,
+weight_decay=0.0: a script migrated from it passes those three to keep its update. Parameters may be fp32, fp16 or bf16; the moments are
 fp32 and the math is fp32, a low-precision parameter being rounded (to nearest even) once per step.
 """
 from __future__ import annotations
@@ -31,6 +36,7 @@ class AdamWMode(IntEnum):
 
 class FusedAdam(FusedOptimizer):
     """Adam/AdamW (see AdamWMode) with one fused multi-tensor kernel per group and device.
+    Called like torch.optim.AdamW, it makes torch.optim.AdamW's update (its defaults are AdamW's).
 
     Hyper-parameters may differ per group (lr, betas, eps, weight_decay, bias_correction,
     adam_w_mode); each group counts its own `step`, as ONNX Runtime and Apex do (torch.optim.AdamW
@@ -38,8 +44,8 @@ class FusedAdam(FusedOptimizer):
     `set_grad_none` (the default)."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
-                 betas=(0.9, 0.999), eps: float = 1e-6,
-                 adam_w_mode: AdamWMode = AdamWMode.ADAMW_TRANSFORMERS, weight_decay: float = 0.0,
+                 betas=(0.9, 0.999), eps: float = 1e-8,
+                 adam_w_mode: AdamWMode = AdamWMode.ADAMW_TORCH, weight_decay: float = 1e-2,
                  set_grad_none: bool = True):
         check_hyper(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, bias_correction=bias_correction, betas=tuple(betas), eps=eps,

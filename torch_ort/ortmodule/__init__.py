@@ -1,6 +1,8 @@
 """ORTModule and its options (names follow ONNX Runtime Training)."""
 from torch_ort.ortmodule.fallback import (
     FallbackPolicy,
+    FallbackStatus,
+    ORTModuleFallbackWarning,
     ORTModuleDeviceException,
     ORTModuleError,
     ORTModuleInitException,
@@ -13,7 +15,8 @@ from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
 
 __all__ = [
-    "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "ORTModuleError",
+    "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "FallbackStatus",
+    "ORTModuleFallbackWarning", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
     "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
 ]

@@ -1,6 +1,7 @@
 """ORTMODULE_FALLBACK_POLICY: which engine failures run the original module in eager PyTorch."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 import warnings
 
@@ -29,6 +30,20 @@ DEFAULT_POLICY = (
 def parse_policy(text: str) -> FallbackPolicy:
     """'FALLBACK_DISABLE' or 'FALLBACK_UNSUPPORTED_DATA|FALLBACK_UNSUPPORTED_DEVICE' (prefix optional)."""
     return parse_flags(FallbackPolicy, "FALLBACK_", "ORTMODULE_FALLBACK_POLICY", text)
+
+
+class ORTModuleFallbackWarning(UserWarning):
+    """The one warning of a fallback to eager PyTorch. Filter it by class, or make every fallback
+    an error: warnings.simplefilter("error", ORTModuleFallbackWarning)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackStatus:
+    """Why an ORTModule runs its module in eager PyTorch (ORTModule.fallback, stats()["fallback"])."""
+
+    flag: str        # the ORTMODULE_FALLBACK_POLICY flag that allowed it, e.g. "FALLBACK_UNSUPPORTED_DATA"
+    reason: str      # the failure, as the warning states it
+    error_type: str  # the failure's class, e.g. "ORTModuleIOError" ("" for a forced fallback)
 
 
 class ORTModuleError(RuntimeError):
@@ -66,6 +81,7 @@ class FallbackManager:
         self.policy = policy
         self.retry = retry
         self.cause: BaseException | None = None
+        self.status: FallbackStatus | None = None  # set while the last call ran eager (ORTModule.fallback)
         forced = policy & (FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD | FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD)
         self.active = bool(forced) and not policy & FallbackPolicy.FALLBACK_DISABLE
         self.forced = FallbackPolicy(forced) if self.active else FallbackPolicy(0)
@@ -74,11 +90,14 @@ class FallbackManager:
         return not self.policy & FallbackPolicy.FALLBACK_DISABLE and bool(self.policy & error.policy)
 
     def warn_forced(self) -> None:
-        """The one warning of a user-forced fallback."""
+        """The one warning of a user-forced fallback. When the warning is made an error
+        (ORTModuleFallbackWarning filtered to "error"), it raises before anything is recorded."""
         if self.cause is None:
-            self.cause = ORTModuleError(f"fallback forced by ORTMODULE_FALLBACK_POLICY ({self.forced.name})")
-            warnings.warn(f"torch_ort: running the module in eager PyTorch: {self.cause}",
-                          UserWarning, stacklevel=4)
+            cause = ORTModuleError(f"fallback forced by ORTMODULE_FALLBACK_POLICY ({self.forced.name})")
+            warnings.warn(f"torch_ort: running the module in eager PyTorch: {cause}",
+                          ORTModuleFallbackWarning, stacklevel=4)
+            self.cause = cause
+            self.status = FallbackStatus(self.forced.name, str(cause), "")
 
     def handle(self, error: ORTModuleError, eager=None):
         """Raises `error` unless the policy covers its kind; otherwise switches to eager and returns
@@ -90,11 +109,18 @@ class FallbackManager:
             raise error
         result = None if eager is None else eager()
         if self.cause is None:
+            # Warned before anything switches: a warning made an error leaves the module as it
+            # was, so every call that would fall back raises it (none runs eager silently).
             warnings.warn(
                 f"torch_ort: falling back to eager PyTorch ({error.policy.name}): {error}. "
                 "Set ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE to raise instead.",
-                UserWarning, stacklevel=4)
+                ORTModuleFallbackWarning, stacklevel=4)
         LOGGER.info("fallback to PyTorch because of %s: %s", type(error).__name__, error)
         self.cause = error
+        self.status = FallbackStatus(error.policy.name, str(error), type(error).__name__)
         self.active = not self.retry
         return result
+
+    def engine_ran(self) -> None:
+        """A call ran through the engine (after a retry): no fallback to report any more."""
+        self.status = None

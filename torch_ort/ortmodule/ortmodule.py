@@ -7,6 +7,7 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import torch
 
@@ -17,6 +18,7 @@ from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback import (
     FallbackManager,
+    FallbackStatus,
     ORTModuleDeviceException,
     ORTModuleError,
     ORTModuleInitException,
@@ -26,6 +28,9 @@ from torch_ort.ortmodule.fallback import (
 from torch_ort.ortmodule.options import LOGGER, DebugOptions
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
 from torch_ort.ortmodule.translations.aten_fallback import qualified_name
+
+if TYPE_CHECKING:
+    from torch_ort.ortmodule.memory import MemoryReport
 
 _ORIGINAL = "_original_module"
 _RLOCK = type(threading.RLock())
@@ -60,7 +65,7 @@ class _Forward:
     def __init__(self, owner: "ORTModule"):
         self.__self__ = owner
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__self__._forward_call(*args, **kwargs)
 
     @property
@@ -156,6 +161,19 @@ class ORTModule(torch.nn.Module):
     @property
     def module(self) -> torch.nn.Module:
         return self._modules[_ORIGINAL]
+
+    @property
+    def fallback(self) -> FallbackStatus | None:
+        """None while the engine runs the module; after a fallback to eager PyTorch (with
+        ORTMODULE_FALLBACK_RETRY=1: until the engine runs a call again), a FallbackStatus naming
+        the ORTMODULE_FALLBACK_POLICY flag, the reason and the failure's class."""
+        return self._fallback.status
+
+    def __repr__(self) -> str:
+        # The wrapped module as it prints, inside ORTModule(...): not as a child named
+        # _original_module (an implementation detail; state_dict keys do not show it either).
+        inner = repr(self.module).replace("\n", "\n  ")
+        return f"{type(self).__name__}(\n  {inner}\n)"
 
     def __getattr__(self, name):
         if "_modules" not in self.__dict__:  # half-built (unpickling, copy): nothing to forward to
@@ -283,7 +301,7 @@ class ORTModule(torch.nn.Module):
         # __dict__ on every submodule access, so that read cannot count as reading everything.)
         return bool(reads) and all(r is not None and name not in r for r in reads)
 
-    def state_dict(self, *args, **kwargs):
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         out = self.module.state_dict(*args, **kwargs)
         prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
         meta = getattr(out, "_metadata", None)
@@ -295,24 +313,25 @@ class ORTModule(torch.nn.Module):
                 meta[inner + key[len(prefix) - 1:]] = meta[key]
         return out
 
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:  # torch's _IncompatibleKeys
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 
     # Registering on the ORTModule registers on the wrapped module (whose state_dict, buffers and
     # parameters the ORTModule shows), and the next call re-exports, as for an attribute set.
-    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+    def register_buffer(self, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
         if "_initialized" not in self.__dict__:
             return super().register_buffer(name, tensor, persistent)
         self.module.register_buffer(name, tensor, persistent)
         self._changed.add(name)
 
-    def register_parameter(self, name: str, param) -> None:
+    def register_parameter(self, name: str, param: torch.nn.Parameter | None) -> None:
         if "_initialized" not in self.__dict__:
             return super().register_parameter(name, param)
         self.module.register_parameter(name, param)
         self._changed.add(name)
 
-    def add_module(self, name: str, module) -> None:
+    def add_module(self, name: str, module: torch.nn.Module | None) -> None:
         if "_initialized" not in self.__dict__:
             return super().add_module(name, module)
         self.module.add_module(name, module)
@@ -320,13 +339,16 @@ class ORTModule(torch.nn.Module):
 
     register_module = add_module
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Parameter]]:
         return self.module.named_parameters(prefix, recurse, remove_duplicate)
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         return self.module.named_buffers(prefix, recurse, remove_duplicate)
 
-    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+    def named_modules(self, memo: set[torch.nn.Module] | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Module]]:
         # children() is NOT delegated: train(), to() and apply() recurse through it and must
         # reach the wrapped module itself.
         return self.module.named_modules(memo, prefix, remove_duplicate)
@@ -334,13 +356,16 @@ class ORTModule(torch.nn.Module):
     # --- forward ------------------------------------------------------------------------------
     forward = _ForwardAttribute()
 
-    def _forward_call(self, *args, **kwargs):
+    def _forward_call(self, *args: Any, **kwargs: Any) -> Any:
         if self._fallback.active:
             return self.module(*args, **kwargs)
         try:
-            return self._forward_engine(args, kwargs)
+            out = self._forward_engine(args, kwargs)
         except ORTModuleError as error:
             return self._fallback.handle(error, lambda: self.module(*args, **kwargs))
+        if self._fallback.status is not None:  # ORTMODULE_FALLBACK_RETRY: the engine runs again
+            self._fallback.engine_ran()
+        return out
 
     def _apply_model_changes(self) -> None:
         """Attributes were set: every runner is re-exported on its next call and compared."""
@@ -491,14 +516,14 @@ class ORTModule(torch.nn.Module):
         return runner.export.rebuild_outputs(outputs)
 
     # --- what happened ---------------------------------------------------------------------------
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """What this module did, for a user to check: `exports` and `engine_builds` (counts over
         its lifetime), `cache_hits` (exports ORTMODULE_CACHE_DIR saved), `host_reads_forward` and
         `host_reads_backward` — the device→host reads the engine made in the last forward and the
         last finished backward (each one makes a GPU step wait; counted on the CPU too, as if the
         values lived on a device; -1 before the first), `host_transfers` — the engine's ToHost nodes
         (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
-        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch."""
+        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch (ORTModule.fallback)."""
         engine = self._last_engine
         st = engine.stats() if engine is not None else {}
         graphs = getattr(engine, "cuda_graph_stats", None)
@@ -513,11 +538,11 @@ class ORTModule(torch.nn.Module):
                                                          "to_device_forward", "to_device_backward")},
             "cuda_graph_captures": graphs["captures"],
             "cuda_graph_replays": graphs["replays"],
-            "fallback": str(self._fallback.cause) if self._fallback.active else None,
+            "fallback": self.fallback,
         }
 
     # --- export for inference ------------------------------------------------------------------
-    def export_onnx(self, path, *args, **kwargs) -> str:
+    def export_onnx(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> str:
         """Writes the trained model's inference graph to `path` (ONNX: eval mode, the current
         weights included, every input dimension dynamic, standard ops only) for ONNX Runtime or
         any ONNX runtime; weights over 1 GiB go to '<path>.data' beside it. Example inputs are
@@ -534,7 +559,7 @@ class ORTModule(torch.nn.Module):
     save_as_onnx = export_onnx  # the name some ONNX Runtime scripts use
 
     # --- memory -----------------------------------------------------------------------------
-    def memory_report(self, *args, **kwargs):
+    def memory_report(self, *args: Any, **kwargs: Any) -> MemoryReport:
         """The memory report (torch_ort.ortmodule.memory.MemoryReport): the predicted peak of a
         training step for these inputs — known before the step runs: this exports and builds the
         training engine if needed, and runs nothing — the recompute opportunities and their state,
