@@ -42,10 +42,12 @@ echo "[bootstrap] building torch_ort._C"
 export MAX_JOBS=${MAX_JOBS:-2}
 export CCACHE_BASEDIR="$PWD"  # cache hits across checkouts at other paths (CI clones afresh)
 .venv/bin/python setup.py -q build_ext --inplace
-# Editable install (no rebuild, no deps): `import torch_ort` works from any directory, e.g. for
-# the examples, and always sees this checkout's sources.
-# (The check runs from / so that the current directory does not make the import succeed.)
+# The checkout on the venv's path (a .pth file): `import torch_ort` works from any directory, e.g.
+# for the examples, and always sees this checkout's sources and the extension built above in
+# place. (`pip install -e .` would compile the extension once more in a temporary directory.)
+# The check runs from / so that the current directory does not make the import succeed.
 root=$PWD  # (inside the subshell below, $PWD is / by the time the command line is expanded)
-if ! (cd / && "$root/.venv/bin/python" -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$root/') else 1)") 2>/dev/null; then
-  .venv/bin/pip install -q --no-build-isolation --no-deps -e .
-fi
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$root" > "$site/torch_ort_checkout.pth"
+(cd / && "$root/.venv/bin/python" -c "import torch_ort, sys; sys.exit(0 if torch_ort.__file__.startswith('$root/') else 1)") ||
+  { echo "[bootstrap] error: import torch_ort does not find $root" >&2; exit 1; }
