@@ -65,3 +65,20 @@ def test_migration_page_lists_every_onnx_runtime_variable_in_its_names_table():
     for name in ("ORTModule", "DebugOptions", "LogLevel", "DEVINFO", "FusedAdam", "FP16_Optimizer",
                  "LoadBalancingDistributedSampler", "LoadBalancingDistributedBatchSampler"):
         assert name in table, name
+
+
+# A path in the repository as the README names it: a link target, or a token under a top-level
+# folder (in prose, backticks or the map), e.g. scripts/test.sh, csrc/core/, examples/*.py.
+_README_PATH = re.compile(r"(?<![\w/.-])((?:csrc|torch_ort|tests|benchmarks|examples|scripts|docs|\.ci)/[\w./*-]*)")
+
+
+def test_readme_names_only_paths_that_exist():
+    links = [m for m in re.findall(r"\]\(([^)#\s]+)", README) if "://" not in m]
+    named = links + _README_PATH.findall(README)
+    missing = []
+    for path in named:
+        path = path.rstrip("/.")
+        found = list(ROOT.glob(path)) if "*" in path else [ROOT / path] if (ROOT / path).exists() else []
+        if not found:
+            missing.append(path)
+    assert len(named) > 10 and not missing, missing
