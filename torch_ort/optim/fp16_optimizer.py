@@ -32,6 +32,8 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 class FP16_Optimizer(torch.optim.Optimizer):
+    """Mixed-precision wrapper of an optimizer: fp32 master weights, loss scaling, overflow skips."""
+
     def __new__(cls, optimizer=None, *args, **kwargs):
         if optimizer is None:  # copy/pickle protocols
             return super().__new__(cls)

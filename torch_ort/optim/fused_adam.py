@@ -29,6 +29,8 @@ from ._base import FusedOptimizer, check_hyper
 
 
 class AdamWMode(IntEnum):
+    """Where FusedAdam applies weight decay (ORT's adam_w_mode values)."""
+
     ADAM_L2_REGULARIZATION = 0  # Adam with L2 regularization (decay added to the gradient)
     ADAMW_TRANSFORMERS = 1      # Hugging Face transformers' AdamW (decoupled decay after the step)
     ADAMW_TORCH = 2             # torch.optim.AdamW (decoupled decay before the step)

@@ -27,6 +27,8 @@ from ._base import FusedOptimizer, check_hyper
 
 
 class FusedLamb(FusedOptimizer):
+    """LAMB (layer-wise adaptive Adam) over all parameters in fused multi-tensor kernels."""
+
     def __init__(self, params: Iterable, lr: float = 1e-3, bias_correction: bool = True,
                  betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01,
                  adam_w_mode: bool = True, grad_averaging: bool = True,

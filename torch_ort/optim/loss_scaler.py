@@ -8,6 +8,8 @@ import warnings
 
 
 class LossScaler:
+    """Static or dynamic loss scale: backs off on overflow, grows after a clean interval."""
+
     def __init__(self, initial_scale: float = 2.0 ** 16, dynamic: bool = True,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000, min_scale: float = 1.0, max_scale: float = 2.0 ** 24):

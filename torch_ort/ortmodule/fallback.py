@@ -9,6 +9,8 @@ from torch_ort.ortmodule.options import LOGGER, parse_flags
 
 
 class FallbackPolicy(enum.IntFlag):
+    """ORTMODULE_FALLBACK_POLICY's flags: which failures run eager PyTorch instead of raising."""
+
     FALLBACK_DISABLE = 1
     FALLBACK_FORCE_TORCH_FORWARD = 2
     FALLBACK_FORCE_TORCH_BACKWARD = 4
@@ -53,22 +55,32 @@ class ORTModuleError(RuntimeError):
 
 
 class ORTModuleDeviceException(ORTModuleError):
+    """Inputs or parameters on a device the engine does not run on (FALLBACK_UNSUPPORTED_DEVICE)."""
+
     policy = FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE
 
 
 class ORTModuleIOError(ORTModuleError):
+    """An input or output the engine cannot take (FALLBACK_UNSUPPORTED_DATA)."""
+
     policy = FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
 
 
 class ORTModuleTorchModelException(ORTModuleError):
+    """A module torch.export cannot capture or the engine does not take (FALLBACK_UNSUPPORTED_TORCH_MODEL)."""
+
     policy = FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL
 
 
 class ORTModuleONNXModelException(ORTModuleError):
+    """An exported graph the engine cannot build (FALLBACK_UNSUPPORTED_ONNX_MODEL)."""
+
     policy = FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL
 
 
 class ORTModuleInitException(ORTModuleError):
+    """The engine is unusable from construction on (FALLBACK_BAD_INITIALIZATION)."""
+
     policy = FallbackPolicy.FALLBACK_BAD_INITIALIZATION
 
 
