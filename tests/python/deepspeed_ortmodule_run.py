@@ -2,6 +2,7 @@
 ORTModule inside a DeepSpeed ZeRO stage 1 and 2 engine with torch_ort's FusedAdam as the client
 optimizer — fp32, and bf16 with FP16_Optimizer patching DeepSpeed's optimizer — against the
 same model in eager PyTorch under the same engine. Rank 0 prints the results as JSON."""
+import gc
 import json
 import os
 import sys
@@ -68,3 +69,9 @@ if __name__ == "__main__":
     if dist.get_rank() == 0:
         print("RESULTS " + json.dumps(results))
     sys.stdout.flush()
+    # The engines and their gloo work go before the group, and the group before the interpreter
+    # exits: a group left to shutdown can abort a rank ("terminate called without an active
+    # exception") after the results are out.
+    gc.collect()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()

@@ -1,6 +1,7 @@
 """Run by test_fp16_optimizer.py in a subprocess (DeepSpeed sets up torch.distributed, which must
 not leak into the test process): trains a small MLP with DeepSpeed ZeRO-1/2 on the CPU
 accelerator in bf16, unpatched and patched by FP16_Optimizer, and prints the results as JSON."""
+import gc
 import json
 import os
 import sys
@@ -73,3 +74,9 @@ if __name__ == "__main__":
     results = {f"stage{s}_{'patched' if p else 'plain'}": run(s, p) for s in (1, 2) for p in (False, True)}
     print("RESULTS " + json.dumps(results))
     sys.stdout.flush()
+    # The engines and their gloo work go before the group, and the group before the interpreter
+    # exits: a group left to shutdown can abort a rank ("terminate called without an active
+    # exception") after the results are out.
+    gc.collect()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
