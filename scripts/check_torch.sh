@@ -11,8 +11,8 @@
 #   tree/  a copy of the working tree (git-ignored files left out), built in place
 # Then `import torch_ort` and a smoke subset of pytest with FALLBACK_DISABLE (TESTS overrides it),
 # run to the end so that one failure does not hide the others. Known on torch 2.11: a
-# transformers DynamicCache inside the exported forward (a no_grad call of GPT-2) fails in torch's
-# run_decompositions (IndexError in _get_updated_module_call_graph; fixed in later torch).
+# transformers DynamicCache inside the exported forward (a no_grad call of GPT-2 or T5) fails in
+# torch's run_decompositions (IndexError in _get_updated_module_call_graph; fixed in later torch).
 # Env: PACKAGES, TESTS, MAX_JOBS (2), TORCH_CUDA_ARCH_LIST (9.0).
 set -euo pipefail
 
