@@ -67,13 +67,18 @@ CASES = {
 
 
 
-@pytest.mark.parametrize("flag", sorted(CASES))
-def test_flag_falls_back_with_one_warning_naming_it(monkeypatch, flag):
+def armed(monkeypatch, flag, policy):
+    """(failure kind, model, input) of CASES[flag], its environment set and the policy given."""
     kind, make, env = CASES[flag]
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
-    model, x = make()
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", policy)
+    return (kind, *make())
+
+
+@pytest.mark.parametrize("flag", sorted(CASES))
+def test_flag_falls_back_with_one_warning_naming_it(monkeypatch, flag):
+    kind, model, x = armed(monkeypatch, flag, flag)
     ours = ORTModule(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -106,23 +111,15 @@ def assert_status(ours, flag, kind=None):
 
 @pytest.mark.parametrize("flag", sorted(CASES))
 def test_flag_missing_from_policy_raises_that_kind(monkeypatch, flag):
-    kind, make, env = CASES[flag]
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
     others = "|".join(f for f in CASES if f != flag)
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", others)
-    model, x = make()
+    kind, model, x = armed(monkeypatch, flag, others)
     with pytest.raises(kind):
         ORTModule(model)(x)
 
 
 @pytest.mark.parametrize("flag", sorted(CASES))
 def test_fallback_disable_raises_with_the_cause(monkeypatch, flag):
-    kind, make, env = CASES[flag]
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", f"FALLBACK_DISABLE|{flag}")
-    model, x = make()
+    kind, model, x = armed(monkeypatch, flag, f"FALLBACK_DISABLE|{flag}")
     with pytest.raises(kind) as info:
         ORTModule(model)(x)
     assert str(info.value)
@@ -269,11 +266,7 @@ def test_the_warning_class_is_exported_and_a_user_warning():
 def test_fallback_warning_filtered_to_an_error_raises_and_nothing_runs_eager(monkeypatch, flag):
     """warnings.simplefilter("error", ORTModuleFallbackWarning): every call that would fall back
     raises the warning instead, and the module is not switched to eager behind the user's back."""
-    kind, make, env = CASES[flag]
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
-    model, x = make()
+    kind, model, x = armed(monkeypatch, flag, flag)
     ours = ORTModule(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ORTModuleFallbackWarning)
