@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what torch_ort needs on a fresh Debian machine, idempotently: Debian packages, the
-# virtual environment with pinned Python packages, protobuf-lite, and the torch_ort._C extension.
+# Installs what torch_ort's development needs on a fresh Debian machine, idempotently: Debian
+# packages (the compilers, GoogleTest, clang for the sanitizers), the virtual environment with
+# pinned Python packages, protobuf-lite, and the torch_ort._C extension built in place.
+# (A user install needs none of this: `pip install .`, see docs/install.md.)
 # Re-running it only rebuilds what changed (ccache keeps C++ rebuilds cheap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +11,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # clang + libclang-rt-dev: the ASan/UBSan build of the core and the libFuzzer target (scripts/sanitize.sh, fuzz.sh)
-debs=(build-essential cmake ninja-build ccache protobuf-compiler libgtest-dev python3-dev python3-venv xz-utils
+debs=(build-essential cmake ninja-build ccache libgtest-dev python3-dev python3-venv xz-utils
       clang libclang-rt-dev)
 missing=()
 for p in "${debs[@]}"; do
@@ -36,7 +38,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-scripts/build_protobuf.sh
+# The private protobuf-lite and our ONNX message classes (from PyPI sources: no system protobuf);
+# the extension's build would make them too, the CMake test build needs them as well.
+.venv/bin/python scripts/build_protobuf.py
 
 echo "[bootstrap] building torch_ort._C"
 export MAX_JOBS=${MAX_JOBS:-2}

@@ -53,7 +53,7 @@ if [ -d "$ROOT/build/generated" ] && [ -d "$ROOT/build/third_party/protobuf-lite
   rsync -a "$ROOT/build/generated" "$TREE/build/"
   rsync -a "$ROOT/build/third_party/protobuf-lite" "$TREE/build/third_party/"
 else
-  PYTHON="$VENV/bin/python" "$TREE/scripts/build_protobuf.sh"
+  "$VENV/bin/python" "$TREE/scripts/build_protobuf.py"
 fi
 
 # --- 3. build, import, smoke tests.

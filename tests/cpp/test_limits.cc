@@ -147,8 +147,10 @@ TEST(LimitsWireScan, TruncatedAfterManyNodesIsRefusedBeforeParsing) {
 }
 
 TEST(LimitsWireScan, ManyEmptyAttributesBreakParsedBytes) {
-  // One node, 16M empty AttributeProtos: 32 MB of bytes, over 4 GB once parsed.
-  const std::string node = field(4, "Identity") + repeated_empty(5, int64_t{16} << 20);
+  // One node with more empty AttributeProtos than fit in kMaxParsedBytes once parsed (about
+  // 21M with protobuf 35's 216-byte class): 2 bytes each on the wire, over 4 GB parsed.
+  const int64_t count = limits::kMaxParsedBytes / static_cast<int64_t>(sizeof(pb::AttributeProto)) + (1 << 20);
+  const std::string node = field(4, "Identity") + repeated_empty(5, count);
   const std::string bytes = tiny_model().SerializeAsString() + field(kModelGraph, field(kGraphNode, node));
   const int64_t before = peak_rss_bytes();
   const std::string e = import_error(bytes);

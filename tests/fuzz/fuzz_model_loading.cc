@@ -24,7 +24,8 @@
 #include "torch_ort_onnx.pb.h"
 
 using namespace torch_ort;
-namespace pb = ::torch_ort_onnx;
+// Not "pb": protobuf declares a global namespace pb of its own.
+namespace onnx_pb = ::torch_ort_onnx;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A view of libFuzzer's exact buffer: ASan reports a read one byte past the input.
@@ -82,7 +83,7 @@ struct Names {
   const std::vector<Op>* known;  // of the registries
 };
 
-Names collect_names(const pb::GraphProto& g) {
+Names collect_names(const onnx_pb::GraphProto& g) {
   Names n;
   for (const auto& vi : g.input()) n.values.push_back(vi.name());
   for (const auto& vi : g.output()) n.values.push_back(vi.name());
@@ -106,16 +107,16 @@ Names collect_names(const pb::GraphProto& g) {
 }
 
 // The typed value infos of the graph (inputs, outputs, value_info).
-std::vector<pb::ValueInfoProto*> value_infos(pb::GraphProto& g) {
-  std::vector<pb::ValueInfoProto*> out;
+std::vector<onnx_pb::ValueInfoProto*> value_infos(onnx_pb::GraphProto& g) {
+  std::vector<onnx_pb::ValueInfoProto*> out;
   for (auto& vi : *g.mutable_input()) out.push_back(&vi);
   for (auto& vi : *g.mutable_output()) out.push_back(&vi);
   for (auto& vi : *g.mutable_value_info()) out.push_back(&vi);
   return out;
 }
 
-void mutate_shape(pb::ValueInfoProto& vi, Rng& rng) {
-  pb::TypeProto_Tensor* tt = vi.mutable_type()->mutable_tensor_type();
+void mutate_shape(onnx_pb::ValueInfoProto& vi, Rng& rng) {
+  onnx_pb::TypeProto_Tensor* tt = vi.mutable_type()->mutable_tensor_type();
   switch (pick(rng, 6)) {
     case 0:  // a new element type, valid or not
       tt->set_elem_type(static_cast<int32_t>(pick(rng, 26)) - (coin(rng) ? 0 : 2));
@@ -146,7 +147,7 @@ void mutate_shape(pb::ValueInfoProto& vi, Rng& rng) {
   }
 }
 
-void mutate_tensor(pb::TensorProto& t, Rng& rng) {
+void mutate_tensor(onnx_pb::TensorProto& t, Rng& rng) {
   switch (pick(rng, 8)) {
     case 0:
       t.set_data_type(static_cast<int32_t>(pick(rng, 26)));
@@ -165,7 +166,7 @@ void mutate_tensor(pb::TensorProto& t, Rng& rng) {
       else t.add_dims(interesting_int(rng));
       return;
     case 4: {  // one int64 value (shape/axes constants)
-      if (t.has_raw_data() && t.data_type() == pb::TensorProto_DataType_INT64 && t.raw_data().size() >= 8) {
+      if (t.has_raw_data() && t.data_type() == onnx_pb::TensorProto_DataType_INT64 && t.raw_data().size() >= 8) {
         const int64_t v = interesting_int(rng);
         const size_t at = 8 * pick(rng, t.raw_data().size() / 8);
         std::memcpy(&(*t.mutable_raw_data())[at], &v, sizeof v);
@@ -177,7 +178,7 @@ void mutate_tensor(pb::TensorProto& t, Rng& rng) {
       return;
     }
     case 5:  // one float value
-      if (t.has_raw_data() && t.data_type() == pb::TensorProto_DataType_FLOAT && t.raw_data().size() >= 4) {
+      if (t.has_raw_data() && t.data_type() == onnx_pb::TensorProto_DataType_FLOAT && t.raw_data().size() >= 4) {
         const float v = interesting_float(rng);
         const size_t at = 4 * pick(rng, t.raw_data().size() / 4);
         std::memcpy(&(*t.mutable_raw_data())[at], &v, sizeof v);
@@ -190,20 +191,20 @@ void mutate_tensor(pb::TensorProto& t, Rng& rng) {
       else t.set_raw_data(std::string(pick(rng, 17), '\x01'));
       return;
     default:
-      t.set_data_location(coin(rng) ? pb::TensorProto_DataLocation_EXTERNAL : pb::TensorProto_DataLocation_DEFAULT);
+      t.set_data_location(coin(rng) ? onnx_pb::TensorProto_DataLocation_EXTERNAL : onnx_pb::TensorProto_DataLocation_DEFAULT);
       return;
   }
 }
 
-void mutate_attribute(pb::AttributeProto& a, Rng& rng) {
+void mutate_attribute(onnx_pb::AttributeProto& a, Rng& rng) {
   switch (pick(rng, 8)) {
     case 0:
       a.set_i(interesting_int(rng));
-      if (coin(rng)) a.set_type(pb::AttributeProto_AttributeType_INT);
+      if (coin(rng)) a.set_type(onnx_pb::AttributeProto_AttributeType_INT);
       return;
     case 1:
       a.set_f(interesting_float(rng));
-      if (coin(rng)) a.set_type(pb::AttributeProto_AttributeType_FLOAT);
+      if (coin(rng)) a.set_type(onnx_pb::AttributeProto_AttributeType_FLOAT);
       return;
     case 2:  // one list element, or the list's length
       if (a.ints_size() > 0 && coin(rng)) a.set_ints(static_cast<int>(pick(rng, static_cast<size_t>(a.ints_size()))), interesting_int(rng));
@@ -215,7 +216,7 @@ void mutate_attribute(pb::AttributeProto& a, Rng& rng) {
       else a.add_floats(interesting_float(rng));
       return;
     case 4:  // a different kind than the op expects
-      a.set_type(static_cast<pb::AttributeProto_AttributeType>(pick(rng, 15)));
+      a.set_type(static_cast<onnx_pb::AttributeProto_AttributeType>(pick(rng, 15)));
       return;
     case 5:
       if (a.has_t()) mutate_tensor(*a.mutable_t(), rng);
@@ -230,10 +231,10 @@ void mutate_attribute(pb::AttributeProto& a, Rng& rng) {
   }
 }
 
-void mutate_node(pb::GraphProto& g, const Names& names, Rng& rng) {
+void mutate_node(onnx_pb::GraphProto& g, const Names& names, Rng& rng) {
   if (g.node_size() == 0) return;
   const int i = static_cast<int>(pick(rng, static_cast<size_t>(g.node_size())));
-  pb::NodeProto& n = *g.mutable_node(i);
+  onnx_pb::NodeProto& n = *g.mutable_node(i);
   switch (pick(rng, 10)) {
     case 0: {  // an input reads another value (or none, or a name nothing defines)
       const std::string v = coin(rng) && !names.values.empty() ? names.values[pick(rng, names.values.size())]
@@ -281,13 +282,13 @@ void mutate_node(pb::GraphProto& g, const Names& names, Rng& rng) {
   }
 }
 
-void mutate_model(pb::ModelProto& m, Rng& rng) {
-  pb::GraphProto& g = *m.mutable_graph();
+void mutate_model(onnx_pb::ModelProto& m, Rng& rng) {
+  onnx_pb::GraphProto& g = *m.mutable_graph();
   const Names names = collect_names(g);
   switch (pick(rng, 10)) {
     case 0:
     case 1: {
-      std::vector<pb::ValueInfoProto*> vis = value_infos(g);
+      std::vector<onnx_pb::ValueInfoProto*> vis = value_infos(g);
       if (!vis.empty()) mutate_shape(*vis[pick(rng, vis.size())], rng);
       return;
     }
@@ -324,7 +325,7 @@ void mutate_model(pb::ModelProto& m, Rng& rng) {
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
   Rng rng(seed);
   if (coin(rng)) return LLVMFuzzerMutate(data, size, max_size);
-  pb::ModelProto m;
+  onnx_pb::ModelProto m;
   if (!m.ParseFromArray(data, static_cast<int>(size)) || !m.has_graph())
     return LLVMFuzzerMutate(data, size, max_size);
   const size_t rounds = 1 + pick(rng, 3);
@@ -340,12 +341,12 @@ extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* data1, size_t size1, 
                                             size_t size2, uint8_t* out, size_t max_out_size,
                                             unsigned int seed) {
   Rng rng(seed);
-  pb::ModelProto a, b;
+  onnx_pb::ModelProto a, b;
   if (!a.ParseFromArray(data1, static_cast<int>(size1)) || !b.ParseFromArray(data2, static_cast<int>(size2)) ||
       !a.has_graph() || !b.has_graph() || b.graph().node_size() == 0)
     return 0;
-  pb::GraphProto& ga = *a.mutable_graph();
-  const pb::GraphProto& gb = b.graph();
+  onnx_pb::GraphProto& ga = *a.mutable_graph();
+  const onnx_pb::GraphProto& gb = b.graph();
   const int start = static_cast<int>(pick(rng, static_cast<size_t>(gb.node_size())));
   const int count = 1 + static_cast<int>(pick(rng, std::min<size_t>(8, static_cast<size_t>(gb.node_size() - start))));
   const int at = static_cast<int>(pick(rng, static_cast<size_t>(ga.node_size()) + 1));

@@ -1,6 +1,6 @@
 // ModelProto wire bytes -> what parsing them would allocate, before protobuf allocates it.
 // Field numbers are those of build/generated/torch_ort_onnx.proto (the onnx package's onnx.proto,
-// see scripts/build_protobuf.sh); the costs use the generated classes' own sizes.
+// see scripts/build_protobuf.py); the costs use the generated classes' own sizes.
 #include "csrc/core/ir/onnx_prescan.h"
 
 #include <cstdint>

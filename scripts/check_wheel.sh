@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The user's view of a release: a new virtual environment outside the checkout holding only torch;
+# the sdist and a wheel built from it by that environment's pip, as `pip install` would
+# (scripts/build_wheel.sh); the wheel installed there (nothing of the tree on sys.path); the
+# getting-started MLP trained through it with fallback disabled, checking that torch_ort comes
+# from that environment and that the losses match eager PyTorch's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-.venv/bin/python}
+log() { echo "[check_wheel] $*"; }
+
+DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
+base=$("$PY" -c 'import sys; print(sys._base_executable)')
+torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
+log "a fresh venv in $DIR with torch==$torch_version only"
+"$base" -m venv "$DIR/v"
+"$DIR/v/bin/pip" install -q "torch==$torch_version"
+PYTHON="$DIR/v/bin/python" scripts/build_wheel.sh
+wheel=$(ls dist/torch_ort-*+*.whl)
+log "installing $(basename "$wheel")[examples]"
+"$DIR/v/bin/pip" install -q "$wheel[examples]"
+
+cp examples/getting_started.py "$DIR/"
+cd "$DIR"  # the example's folder is sys.path[0]; it holds nothing of torch_ort
+"$DIR/v/bin/python" -c "import torch_ort, sys; f = torch_ort.__file__; print('[check_wheel] torch_ort', \
+torch_ort.__version__, 'from', f); sys.exit(0 if f.startswith('$DIR/v/') and not f.startswith('$ROOT/') else 1)"
+ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE "$DIR/v/bin/python" getting_started.py --steps 60 | tee out.txt
+# "max |loss difference| over 60 steps: 1.23e-07": the engine's losses against eager PyTorch's.
+"$DIR/v/bin/python" - <<'PY'
+import re
+text = open("out.txt").read()
+diff = float(re.search(r"max \|loss difference\| over \d+ steps: (\S+)", text).group(1))
+exports = int(re.search(r"ORTModule exports: (\d+)", text).group(1))
+assert exports >= 1 and diff < 1e-4, (exports, diff)
+print(f"[check_wheel] ok: trained through the installed wheel, max loss difference {diff:.1e}")
+PY
