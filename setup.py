@@ -1,24 +1,43 @@
 # Builds the torch_ort._C extension with torch.utils.cpp_extension: the torch-free core, the ATen
 # runtime, the pybind11 bindings and the generated ONNX protobuf classes, all in one .so.
+# The private protobuf-lite and the classes come first (scripts/build_protobuf.py, from PyPI
+# sources; nothing from the system).
 #
-#   scripts/build_protobuf.sh                                   # once: protobuf-lite + classes
-#   MAX_JOBS=2 pip install -e . --no-build-isolation            # or: python setup.py build_ext --inplace
+#   pip install .                                     # a user install (scripts/build_backend.py)
+#   scripts/build_wheel.sh                            # a wheel for this machine's torch
+#   python setup.py build_ext --inplace               # development (scripts/bootstrap.sh does it)
+#
+# Why setuptools + torch.utils.cpp_extension and not scikit-build-core + CMake: the extension's
+# compile and link flags (torch's include paths, its C++ ABI flag, CUDA architectures, the
+# libraries to link) are what torch itself says they are, through cpp_extension; with CMake we
+# would re-derive them from TorchConfig.cmake, a second source of truth. The torch-free core's
+# GoogleTest build keeps its CMakeLists.txt, which needs no torch.
 import glob
+import importlib.util
 import os
 import re
 
-import torch
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 GENERATED = os.path.join("build", "generated")
 PROTOBUF = os.path.join("build", "third_party", "protobuf-lite")
 PROTOBUF_LIB = os.path.join(PROTOBUF, "lib", "libprotobuf-lite.a")
+# The export stack; torch is added by build() (the release built against) or sdist().
+DEPENDENCIES = ["onnx>=1.23.2", "onnxscript>=0.7.2", "onnx-ir>=1.1.0", "numpy>=2.0"]
 
 # The build machine has 2 cores shared with other work; cpp_extension reads MAX_JOBS for ninja.
 # ccache needs no setting: cpp_extension prepends it to the compiler when it is on PATH.
 os.environ.setdefault("MAX_JOBS", "2")
+# ccache hits across checkouts and pip's temporary build folders: paths under the tree are hashed
+# relative to it (ccache reads this; the protobuf build's compiles too).
+os.environ.setdefault("CCACHE_BASEDIR", ROOT)
+
+
+def our_version() -> str:
+    """torch_ort/__init__.py's __version__, the one source of the version number."""
+    with open(os.path.join(ROOT, "torch_ort", "__init__.py")) as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE).group(1)
 
 
 def rel_glob(pattern):
@@ -30,63 +49,59 @@ def rel_glob(pattern):
 def sources():
     runtime = [p for p in rel_glob("csrc/runtime/**/*.cc") if "/cuda/" not in p]
     bindings = [p for p in rel_glob("csrc/bindings/*.cc") if not p.endswith("cuda_module.cc")]
+    # The generated classes do not exist until Build.run has made them.
     return (rel_glob("csrc/core/**/*.cc") + runtime + bindings +
-            rel_glob(os.path.join(GENERATED, "*.pb.cc")))
+            [os.path.join(GENERATED, "torch_ort_onnx.pb.cc")])
 
 
-class Build(BuildExtension):
-    """BuildExtension that first checks for the protobuf artefacts, with a message saying how to
-    make them (a bare compiler error about a missing onnx header would not)."""
-
-    def run(self):
-        needed = [os.path.join(GENERATED, "torch_ort_onnx.pb.cc"),
-                  os.path.join(GENERATED, "torch_ort_onnx.pb.h"),
-                  os.path.join(PROTOBUF, "include", "google", "protobuf", "message_lite.h"),
-                  PROTOBUF_LIB]
-        missing = [p for p in needed if not os.path.exists(os.path.join(ROOT, p))]
-        if missing:
-            raise SystemExit("torch_ort: missing " + ", ".join(missing) +
-                             "\n  run scripts/build_protobuf.sh first (it builds a private "
-                             "protobuf-lite and generates the ONNX message classes), then retry.")
-        super().run()
+def script(name):
+    """A module of scripts/, loaded by path (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        f"torch_ort_{name}", os.path.join(ROOT, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-ext = CppExtension(
-    name="torch_ort._C",
-    sources=sources(),
-    include_dirs=[ROOT, os.path.join(ROOT, GENERATED), os.path.join(ROOT, PROTOBUF, "include")],
-    extra_compile_args={"cxx": [
-        "-std=c++20", "-O2", "-g0",  # -g0: Python's CFLAGS add -g (a 30 MB .so, slower builds)
-        # Hidden by default: our protobuf copy and helpers must not interpose with libtorch's
-        # own protobuf symbols; PYBIND11_MODULE exports PyInit__C explicitly.
-        "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-        # at::parallel_for is a header template over OpenMP (torch's AT_PARALLEL_OPENMP): without
-        # -fopenmp its pragma is dropped and the optimizer kernels run on one thread.
-        "-fopenmp",
-    ]},
-    extra_link_args=[
-        "-fopenmp",  # libgomp.so.1: the one torch already loaded (same soname), not a second runtime
-        os.path.join(ROOT, PROTOBUF_LIB),
-        # Keep every symbol of the static protobuf out of our dynamic symbol table.
-        "-Wl,--exclude-libs,ALL",
-    ],
-)
+def extensions(cpp_extension):
+    ext = cpp_extension.CppExtension(
+        name="torch_ort._C",
+        sources=sources(),
+        include_dirs=[ROOT, os.path.join(ROOT, GENERATED), os.path.join(ROOT, PROTOBUF, "include")],
+        extra_compile_args={"cxx": [
+            "-std=c++20", "-O2", "-g0",  # -g0: Python's CFLAGS add -g (a 30 MB .so, slower builds)
+            # Hidden by default: our protobuf copy and helpers must not interpose with libtorch's
+            # own protobuf symbols; PYBIND11_MODULE exports PyInit__C explicitly.
+            "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+            # at::parallel_for is a header template over OpenMP (torch's AT_PARALLEL_OPENMP):
+            # without -fopenmp its pragma is dropped and the optimizer kernels run on one thread.
+            "-fopenmp",
+        ]},
+        extra_link_args=[
+            "-fopenmp",  # libgomp.so.1: the one torch already loaded (same soname), not a second runtime
+            os.path.join(ROOT, PROTOBUF_LIB),
+            # Keep every symbol of the static protobuf (and abseil) out of our dynamic symbol table.
+            "-Wl,--exclude-libs,ALL",
+        ],
+    )
+    cuda = cuda_extension(cpp_extension)
+    return [ext] + ([cuda] if cuda else [])
 
 
-
-def cuda_extension():
+def cuda_extension(cpp_extension):
     """torch_ort._C_cuda, the CUDA optimizer kernels, when nvcc is there (TORCH_ORT_CUDA=0: skip).
     It is a separate module so that the main one never depends on the CUDA toolkit: without it,
     CUDA parameters get a clear "no CUDA kernels in this build" error from torch_ort.optim."""
     if os.environ.get("TORCH_ORT_CUDA", "1") == "0":
         return None
-    if CUDA_HOME is None or not os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc")):
+    home = cpp_extension.CUDA_HOME
+    if home is None or not os.path.exists(os.path.join(home, "bin", "nvcc")):
         print("torch_ort: no CUDA toolkit (nvcc) found; building without torch_ort._C_cuda")
         return None
     # Without a GPU to ask, compile for the data-center generations we target: Ampere and Hopper
     # (+PTX for newer ones). Each architecture adds a few seconds on 2 cores.
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-    return CUDAExtension(
+    return cpp_extension.CUDAExtension(
         name="torch_ort._C_cuda",
         # Every .cu/.cc under kernels/cuda: the optimizer kernels and the fused graph kernels.
         sources=(rel_glob("csrc/runtime/kernels/cuda/*.cu") + rel_glob("csrc/runtime/kernels/cuda/*.cc") +
@@ -98,19 +113,40 @@ def cuda_extension():
     )
 
 
-def version() -> str:
-    """torch_ort/__init__.py's __version__ (the one source), with the torch this build compiles
-    against as the local version ("0.1.0+torch2.15"): the extension follows torch's C++ ABI, so a
-    wheel is for that torch only."""
-    with open(os.path.join(ROOT, "torch_ort", "__init__.py")) as f:
-        ours = re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE).group(1)
+def build():
+    import torch
+    from torch.utils import cpp_extension
+
+    class Build(cpp_extension.BuildExtension):
+        """BuildExtension that first makes the private protobuf-lite and the ONNX message classes
+        (quick when they are there already)."""
+
+        def run(self):
+            protobuf = script("build_protobuf")
+            try:
+                protobuf.ensure()
+            except protobuf.BuildError as e:
+                raise SystemExit(f"torch_ort: building protobuf failed: {e}") from e
+            super().run()
+
+    # The extension follows torch's C++ ABI, which changes between minor releases: the wheel
+    # names the torch it compiled against in its local version ("0.1.0+torch2.15") and requires
+    # that minor release.
     major, minor = torch.__version__.split(".")[:2]
-    return f"{ours}+torch{major}.{minor}"
+    setup(
+        version=f"{our_version()}+torch{major}.{minor}",
+        install_requires=[f"torch=={major}.{minor}.*"] + DEPENDENCIES,
+        ext_modules=extensions(cpp_extension),
+        cmdclass={"build_ext": Build.with_options(use_ninja=True)},
+    )
 
 
-cuda_ext = cuda_extension()
-setup(
-    version=version(),
-    ext_modules=[ext] + ([cuda_ext] if cuda_ext else []),
-    cmdclass={"build_ext": Build.with_options(use_ninja=True)},
-)
+def sdist():
+    """Sources only (MANIFEST.in names them): no torch needed, the plain version, the torch range."""
+    setup(version=our_version(), install_requires=[script("build_backend").TORCH] + DEPENDENCIES)
+
+
+if os.environ.get("TORCH_ORT_SDIST") == "1":  # set by scripts/build_backend.py's build_sdist
+    sdist()
+else:
+    build()

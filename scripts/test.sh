@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the torch-free core's GoogleTest suite (release, then under ASan+UBSan with a
-# 60 s fuzz pass: scripts/sanitize.sh, scripts/fuzz.sh; FUZZ_SECONDS changes it), then pytest.
+# 60 s fuzz pass: scripts/sanitize.sh, scripts/fuzz.sh; FUZZ_SECONDS changes it), pytest, then
+# the wheel: built, installed into a fresh environment and trained through (scripts/check_wheel.sh).
 # Installs what it needs first (scripts/bootstrap.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +21,6 @@ timeout 600 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 echo "[test] Python (pytest)"
 # --durations: the slowest tests, so that a CI log shows where the time goes.
 .venv/bin/python -m pytest -q --durations=20 tests/python "$@"
+
+echo "[test] the wheel, installed outside the checkout"
+scripts/check_wheel.sh
