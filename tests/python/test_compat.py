@@ -2,6 +2,9 @@
 feature, and says which feature and which torch version. The fallbacks a missing symbol selects
 are simulated on this torch, so that they run in every environment, not only where it is missing."""
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -60,3 +63,40 @@ def test_checkpoint_routed_through_the_public_function_without_the_inner_entry(
     assert "torch.utils.checkpoint.CheckpointFunction" in runner.export.python_ops
     said = [r.getMessage() for r in torch_ort_log if "_checkpoint_impl" in r.getMessage()]
     assert len(said) == 1 and torch.__version__ in said[0]  # a user who allowed them is told
+
+
+# Private torch names torch_ort reaches at import time or later, as (module, name).
+HIDDEN = {
+    "OpOverload": ("torch._ops", "OpOverload"),
+    "_checkpoint_impl": ("torch.utils.checkpoint", "_checkpoint_impl"),
+    "unset_fake_temporarily": ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
+    "current_tracer": ("torch.onnx._internal.exporter._core", "current_tracer"),
+}
+
+
+@pytest.mark.parametrize("symbol", sorted(HIDDEN))
+def test_import_never_fails_because_a_private_torch_symbol_is_missing(symbol):
+    """A torch release without one of these loses that feature, not `import torch_ort`. In a fresh
+    interpreter, `import torch_ort` sees the module through a copy without the name (torch's own
+    code keeps its module, as a torch without the name would be consistent in itself); then a
+    plain model trains through the engine."""
+    module, name = HIDDEN[symbol]
+    script = "\n".join([
+        "import importlib, sys, types",
+        "import torch",
+        f"real = importlib.import_module({module!r})",
+        f"copy = types.ModuleType({module!r})",
+        f"copy.__dict__.update((k, v) for k, v in vars(real).items() if k != {name!r})",
+        f"sys.modules[{module!r}] = copy",
+        "import torch_ort",
+        f"sys.modules[{module!r}] = real",
+        "model = torch_ort.ORTModule(torch.nn.Linear(4, 2))",
+        "loss = model(torch.randn(3, 4)).sum()",
+        "loss.backward()",
+        "assert model.fallback is None and model.stats()['engine_builds'] == 1, model.fallback",
+        "print('trained')",
+    ])
+    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-2000:]
