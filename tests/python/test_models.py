@@ -100,11 +100,19 @@ def test_batch_and_sequence_change_without_reexport(strict, name):
     assert counts(ours) == ours.first_counts and ours.engine_build_count == 1
 
 
+# torch 2.11's exporter fails on a model that returns a transformers cache (DynamicCache,
+# EncoderDecoderCache) from a call under no_grad; later torch exports it (scripts/check_torch.sh).
+CACHE_UNDER_NO_GRAD_FAILS = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 12)
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_dropout_same_seed_same_masks(strict, name):
+def test_dropout_same_seed_same_masks(strict, name, request):
     """Our Dropout kernel draws its mask from the torch generator exactly as eager does, in the same
     order, so with the same seed the two runs see the same masks and must agree to the same
     tolerances; a different seed must change the loss (dropout really is on)."""
+    if name in ("gpt2", "t5") and CACHE_UNDER_NO_GRAD_FAILS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            f"torch {torch.__version__}'s exporter fails on a cache returned under no_grad")))
     _, ours, losses_e, losses_o = run_parity(name, dropout=0.1, steps=5)
     args, kwargs = model_zoo.ZOO[name][1](4, 16, torch.Generator().manual_seed(7))
     draws = []
