@@ -271,7 +271,9 @@ def build_library(jobs: int) -> None:
         f"files, {jobs} jobs; PIC, hidden visibility) into {PREFIX}")
     os.makedirs(os.path.dirname(LIBRARY), exist_ok=True)
     os.makedirs(os.path.dirname(PROTOC), exist_ok=True)
-    result = subprocess.run([_ninja(), "-C", work, "-j", str(jobs)])
+    # ccache hits across checkouts: paths under the tree are hashed relative to it.
+    env = dict(os.environ, CCACHE_BASEDIR=os.environ.get("CCACHE_BASEDIR", ROOT))
+    result = subprocess.run([_ninja(), "-C", work, "-j", str(jobs)], env=env)
     if result.returncode != 0:
         raise BuildError(f"compiling protobuf failed (ninja exit {result.returncode})")
     install_headers(root)
