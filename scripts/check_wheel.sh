@@ -13,7 +13,8 @@ log() { echo "[check_wheel] $*"; }
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 base=$("$PY" -c 'import sys; print(sys._base_executable)')
-torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
+# The distribution's version (2.15.0), not torch.__version__ (2.15.0+cu132): pip resolves the former.
+torch_version=$("$PY" -c 'from importlib.metadata import version; print(version("torch"))')
 log "a fresh venv in $DIR with torch==$torch_version only"
 "$base" -m venv "$DIR/v"
 "$DIR/v/bin/pip" install -q "torch==$torch_version"
