@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import model_zoo
+from conftest import twin
 from torch_ort import ORTModule
 
 
@@ -52,9 +53,8 @@ class Net(Base):
 
 
 def test_a_method_calling_self_runs_the_engine(strict):
-    torch.manual_seed(0)
-    eager = Net()
-    ours = ORTModule(copy.deepcopy(eager))
+    eager, copied = twin(Net)
+    ours = ORTModule(copied)
     x = torch.randn(4, 3)
     for call in ("run_forward", "run_forward_method"):
         out = getattr(ours, call)(x)
@@ -64,9 +64,8 @@ def test_a_method_calling_self_runs_the_engine(strict):
 
 
 def test_training_step_through_the_wrapper_trains_like_eager(strict):
-    torch.manual_seed(0)
-    eager = Net()
-    ours = ORTModule(copy.deepcopy(eager))
+    eager, copied = twin(Net)
+    ours = ORTModule(copied)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
     opt_o = torch.optim.SGD(ours.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(1)

@@ -4,13 +4,13 @@ sequence_to_split pass lowers those picks to Slice nodes (constant sizes: one Sp
 forward outputs, parameter and input gradients and SGD steps against eager, with the input
 alternating between two sizes of the dynamic dim so that one export serves both. float32
 tolerances: rtol 1e-5, atol 1e-6."""
-import copy
 
 import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
 
+from conftest import twin
 from torch_ort import ORTModule, _C
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -72,9 +72,8 @@ def outputs(out):
 @pytest.mark.parametrize("name", [*sorted(CASES), "unbind_pinned"])
 def test_split_chunk_trains_like_eager(name):
     factory, shapes, lowered_to = CASES.get(name, UNBIND)
-    torch.manual_seed(0)
-    eager = factory()
-    model = ORTModule(copy.deepcopy(eager))
+    eager, copied = twin(factory)
+    model = ORTModule(copied)
     opt_eager = torch.optim.SGD(eager.parameters(), lr=0.1)
     opt_ours = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(1)
