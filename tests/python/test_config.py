@@ -257,7 +257,7 @@ def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch, tor
     assert len(told) == 2, told
     assert any(m.startswith("ORTMODULE_MEMORY_OPT_LVL ") and "did you mean ORTMODULE_MEMORY_OPT_LEVEL?" in m
                for m in told), told
-    assert any(m.startswith("ORTMODULE_ZZZ ") and "docs/user_guide.md" in m for m in told), told
+    assert any(m.startswith("ORTMODULE_ZZZ ") and "docs/configuration.md" in m for m in told), told
 
 
 def record(level):

@@ -1,8 +1,8 @@
-"""The docs match the code: the user guide's variable table is config.documentation(), every
-public name is in the guide, every ORTMODULE_* name the docs mention exists (ours, or ONNX
-Runtime's that we do not read: config.ORT_ONLY), the README points to both guides, and the
-migration page explains every ORT_ONLY variable, keeps its two sections and lists ONNX Runtime
-1.19's public names."""
+"""The docs match the code: the configuration page's variable table is config.documentation(),
+every public name is in the user guide, every ORTMODULE_* name the docs mention exists (ours, or
+ONNX Runtime's that we do not read: config.ORT_ONLY), the README points to every page, every
+relative link and anchor between the pages resolves, and the migration page explains every
+ORT_ONLY variable, keeps its two sections and lists ONNX Runtime 1.19's public names."""
 import pathlib
 import re
 
@@ -13,15 +13,15 @@ from torch_ort.ortmodule.config import ORT_ONLY, VARIABLES, documentation
 
 ROOT = pathlib.Path(__file__).parents[2]
 GUIDE = (ROOT / "docs" / "user_guide.md").read_text()
-CONTRIBUTING = (ROOT / "docs" / "contributing.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 README = (ROOT / "README.md").read_text()
 OTHER_DOCS = {p.name: p.read_text() for p in (ROOT / "docs").glob("*.md")}
 
 
-def test_guide_lists_every_variable_as_the_table_defines_it():
-    assert documentation() in GUIDE, "regenerate the guide's table from config.documentation()"
+def test_configuration_page_lists_every_variable_as_the_table_defines_it():
+    assert documentation() in CONFIGURATION, "regenerate the table from config.documentation()"
     for var in VARIABLES:
-        assert f"`{var.name}`" in GUIDE
+        assert f"`{var.name}`" in CONFIGURATION
 
 
 def test_docs_name_no_variable_that_does_not_exist():
@@ -38,8 +38,34 @@ def test_guide_covers_the_public_api():
     assert not missing, f"the user guide does not mention {missing}"
 
 
-def test_readme_points_to_the_guides():
-    assert "docs/user_guide.md" in README and "docs/contributing.md" in README
+def test_readme_points_to_every_page():
+    missing = [name for name in OTHER_DOCS if f"(docs/{name})" not in README]
+    assert not missing, f"the README does not link {missing}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_and_anchor_resolves():
+    pages = {"README.md": README, **{f"docs/{n}": t for n, t in OTHER_DOCS.items()}}
+    anchors = {name: {_slug(h) for h in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S),
+                                                   flags=re.M)}
+               for name, text in pages.items()}
+    broken = []
+    for name, text in pages.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if "://" in target:
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (ROOT / name).parent / path if path else ROOT / name
+            key = resolved.resolve().relative_to(ROOT.resolve()).as_posix() if resolved.exists() else None
+            if key is None:
+                broken.append(f"{name}: {target} (no such file)")
+            elif anchor and anchor not in anchors.get(key, set()):
+                broken.append(f"{name}: {target} (no heading '{anchor}' in {key})")
+    assert not broken, broken
 
 
 def test_migration_page_is_linked_and_explains_what_we_do_not_read():

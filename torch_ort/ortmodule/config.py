@@ -319,7 +319,7 @@ def _tell_unread(environ) -> None:
         close = difflib.get_close_matches(name[prefix:], [n[prefix:] for n in (*ours, *ort_only)],
                                           n=1, cutoff=0.6)
         hint = (f"did you mean ORTMODULE_{close[0]}?" if close
-                else "the variables are listed in docs/user_guide.md")
+                else "the variables are listed in docs/configuration.md")
         LOGGER.warning("%s is not a torch_ort or ONNX Runtime variable and is ignored; %s", name, hint)
 
 

@@ -39,7 +39,7 @@ std::optional<int64_t> bounded_numel(const std::vector<int64_t>& dims, std::stri
       text.append(std::to_string(d));
     }
     *why = "element count " + text + " is over the limit kMaxElements = " +
-           std::to_string(kMaxElements) + " (see 'Limits on model input' in docs/user_guide.md)";
+           std::to_string(kMaxElements) + " (see 'Limits on model input' in docs/hardening.md)";
     return std::nullopt;
   }
   return n;

@@ -1,7 +1,7 @@
 // Limits on model input, in one place. Model bytes may come from disk (ORTMODULE_CACHE_DIR) or be
 // hostile: every count, size and shape taken from them is bounded here before anything allocates
 // or loops on it, and shape arithmetic on them is overflow-checked. The values are generous (a
-// GPT-2-XL or 70B-LLM training graph is far inside each); docs/user_guide.md lists them.
+// GPT-2-XL or 70B-LLM training graph is far inside each); docs/hardening.md lists them.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ inline constexpr int64_t kMaxSymbolBytes = 1024;
 // "123, over the limit kMaxRank = 64" — the tail of every limit error message.
 inline std::string over(int64_t value, const char* limit_name, int64_t limit) {
   return std::to_string(value) + ", over the limit " + limit_name + " = " + std::to_string(limit) +
-         " (see 'Limits on model input' in docs/user_guide.md)";
+         " (see 'Limits on model input' in docs/hardening.md)";
 }
 
 // Product of `dims` when every one is in [0, kMaxDim] and the product is at most kMaxElements;
