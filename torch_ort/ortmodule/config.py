@@ -186,8 +186,8 @@ VARIABLES: tuple[Variable, ...] = (
              "after a fallback, try the engine again on every call"),
     Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|DEVINFO|INFO|WARNING|ERROR|FATAL", None,
              _log_level, "sets the torch_ort logger's level, overriding DebugOptions.log_level (unset and "
-             "no log_level: the level is left to the application); ranks other than 0 stay quiet at "
-             "INFO and above; DEVINFO is INFO on every rank"),
+             "no log_level: the level is left to the application); ranks other than 0 log errors "
+             "only, unless VERBOSE or DEVINFO (DEVINFO is INFO on every rank)"),
     Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, _path,
              "directory DebugOptions(save_onnx=True) writes to, read when the DebugOptions is made "
              "(default: its save_path, else the current directory)"),
