@@ -11,10 +11,6 @@
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
-#include "csrc/core/ir/type_inference.h"
-#include "csrc/core/ir/verifier.h"
-#include "csrc/core/passes/pass.h"
-#include "csrc/core/shapes/infer_shapes.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernels/common.h"
@@ -28,57 +24,15 @@ std::atomic<uint64_t> g_next_engine_id{1};
 
 Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
     : options_(std::move(options)), id_(g_next_engine_id++) {
-  Graph g = import_onnx(onnx_bytes);
-  topological_sort(g);
-  infer_missing_dtypes(g);  // the exporter leaves some value_info out (Constant outputs)
-  verify(g);
-  infer_shapes(g);  // before passes and autodiff: both read shapes (rank, provable equality)
-  PipelineOptions po;
-  const std::vector<std::string> known = pass_names();
-  for (const std::string& name : options_.disabled_passes) {
-    // A misspelt name would silently leave the pass on; say which names exist instead.
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw std::invalid_argument("disabled_passes: no pass named '" + name + "' (passes: " +
-                                  list + ")");
-    }
-    const std::vector<std::string> required = required_pass_names();
-    if (std::find(required.begin(), required.end(), name) != required.end())
-      throw std::invalid_argument("disabled_passes: '" + name + "' is a lowering the engine needs " +
-                                  "(no kernel or gradient rule handles what it removes); it cannot " +
-                                  "be disabled");
-    po.disabled.insert(name);
-  }
-  stats_.passes_changed = run_pipeline(g, default_forward_pipeline(), po);
-  forward_ = std::move(g);
-
-  if (options_.training) {
-    if (options_.input_requires_grad.size() != forward_.inputs.size())
-      throw std::invalid_argument("input_requires_grad has " +
-                                  std::to_string(options_.input_requires_grad.size()) +
-                                  " entries, but the graph has " +
-                                  std::to_string(forward_.inputs.size()) + " inputs");
-    tg_ = build_training_graph(forward_, options_.input_requires_grad);
-    infer_shapes(tg_->graph);  // the backward values the gradient rules left unknown
-    for (std::string& name : run_training_pipeline(*tg_, default_training_pipeline(), po))
-      stats_.passes_changed.push_back("training:" + name);
-    // After the cleanups: CSE would merge the recompute clones back into their forward originals.
-    recompute_ = apply_recompute(*tg_, options_.memory_opt_level, options_.recompute);
-    stats_.recompute_nodes = recompute_.nodes_cloned;
-    // Last: placement adds transfer nodes, which no pass or the memory optimizer should see.
-    Placement placement = place_host_values(tg_->graph, &tg_->input_grads);
-    tg_->num_forward_nodes = static_cast<size_t>(
-        std::count_if(tg_->graph.nodes.begin(), tg_->graph.nodes.end(), [](const Node& n) { return !n.in_backward; }));
-    plan_ = plan_training(*tg_);
-    plan_.placement = std::move(placement);
-  } else {
-    Placement placement = place_host_values(forward_);
-    plan_ = plan_inference(forward_);
-    plan_.placement = std::move(placement);
-  }
+  core::Compiled c = core::compile(onnx_bytes, options_);
+  forward_ = std::move(c.forward);
+  tg_ = std::move(c.training);
+  recompute_ = std::move(c.recompute);
+  plan_ = std::move(c.plan);
+  timeline_ = std::move(c.timeline);
+  stats_.passes_changed = std::move(c.passes_changed);
+  stats_.recompute_nodes = recompute_.nodes_cloned;
   const Graph& eg = exec_graph();
-  timeline_ = memory_timeline(eg, plan_, tg_ ? &*tg_ : nullptr);
   for (ValueId v : eg.inputs)
     input_types_.push_back(to_aten(eg.value(v).dtype, "graph input '" + eg.value(v).name + "'"));
 

@@ -17,7 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/compile.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/plan.h"
 #include "csrc/core/planner/recompute.h"
@@ -25,13 +25,8 @@
 
 namespace torch_ort {
 
-struct EngineOptions {
-  bool training = false;                     // build forward+backward, or forward only
-  std::vector<bool> input_requires_grad;     // per graph input (training): gradient wanted?
-  std::vector<std::string> disabled_passes;  // pass names to skip
-  int memory_opt_level = 0;                  // ORTMODULE_MEMORY_OPT_LEVEL (training engines)
-  std::vector<RecomputeRequest> recompute;   // ORTMODULE_MEMORY_OPT_CONFIG
-};
+// What the engine compiles: the front door's options (core/compile.h).
+using EngineOptions = core::CompileOptions;
 
 // Activation bytes one step held, measured while it ran (Engine::set_memory_tracking), with the
 // accounting of the static estimate (planner/memory.h). -1: not measured.

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <set>
 
-#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/ir/training_graph.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/ir/training_graph.h"
 #include "csrc/core/planner/plan.h"
 #include "csrc/core/shapes/sym_dim.h"
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/ir/training_graph.h"
 #include "csrc/core/planner/placement.h"
 
 namespace torch_ort {

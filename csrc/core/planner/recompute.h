@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/ir/training_graph.h"
 #include "csrc/core/shapes/sym_dim.h"
 
 namespace torch_ort {
