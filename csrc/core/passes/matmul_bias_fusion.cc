@@ -4,6 +4,7 @@
 // varies along the last dim alone ((N) or (1, .., 1, N)); any other Add operand is left alone.
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/passes/pattern.h"
+#include "csrc/core/passes/rewrite.h"
 
 namespace torch_ort {
 namespace {
@@ -30,39 +31,31 @@ bool is_row_bias(const Graph& g, ValueId bias, ValueId y) {
   return b.shape.dims.back().same_as(ys.dims.back());
 }
 
+const rewrite::Rule kRule{
+    "MatMul(x, w) + bias -> FusedMatMul(x, w, bias)",
+    rewrite::op("Add").as("add").commutative().with_outputs(1).in({
+        rewrite::from(rewrite::where(biasable_product).as("mm").at_least_these_inputs().in(
+                          {rewrite::val("x"), rewrite::val("w")}),
+                      "y"),
+        rewrite::val("bias")}),
+    [](const Graph& g, const rewrite::Match& m) {
+      const ValueId y = m.value("y"), bias = m.value("bias");
+      if (y == bias || !is_row_bias(g, bias, y)) return false;
+      // The Add's output must be the product's shape (the bias never widens it).
+      const Node& add = g.nodes[m.node("add")];
+      return g.value(add.outputs[0]).shape.same_as(g.value(y).shape) || !g.value(add.outputs[0]).shape.rank_known;
+    },
+    [](const Graph& g, const rewrite::Match& m, const Node& add) {
+      const Node& mm = g.nodes[m.node("mm")];
+      // The fused node takes the Add's place (after the bias is defined); the product goes.
+      return Node{kOurDomain, "FusedMatMul", add.name, {m.value("x"), m.value("w"), m.value("bias")}, add.outputs,
+                  is_ours(mm, "FusedMatMul") ? mm.attrs : Attributes{}};
+    }};
+
 class MatMulBiasFusion final : public Pass {
  public:
   std::string_view name() const override { return "matmul_bias_fusion"; }
-
-  bool run(Graph& g) override {
-    const GraphIndex idx(g);
-    std::vector<char> drop(g.nodes.size(), 0);
-    bool changed = false;
-    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
-      Node& add = g.nodes[i];
-      if (!is_onnx(add, "Add") || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
-      for (int side = 0; side < 2; ++side) {
-        const ValueId y = add.inputs[side], bias = add.inputs[1 - side];
-        if (y == kNoValue || bias == kNoValue || y == bias) continue;
-        const NodeId p = idx.producer[y];
-        if (p < 0 || drop[p] || !only_read_by(g, idx, y, i)) continue;
-        const Node& m = g.nodes[p];
-        if (!biasable_product(g, m) || !is_row_bias(g, bias, y)) continue;
-        // The Add's output must be the product's shape (the bias never widens it).
-        if (!g.value(add.outputs[0]).shape.same_as(g.value(y).shape) && g.value(add.outputs[0]).shape.rank_known)
-          continue;
-        Attributes at = is_ours(m, "FusedMatMul") ? m.attrs : Attributes{};
-        // The fused node takes the Add's place (after the bias is defined); the product goes.
-        replace_node(add, Node{kOurDomain, "FusedMatMul", add.name, {m.inputs[0], m.inputs[1], bias},
-                               add.outputs, std::move(at)});
-        drop[p] = 1;
-        changed = true;
-        break;
-      }
-    }
-    erase_nodes(g, drop);
-    return changed;
-  }
+  bool run(Graph& g) override { return rewrite::apply(g, {kRule}); }
 };
 
 }  // namespace
