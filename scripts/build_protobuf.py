@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -365,11 +366,25 @@ def generate() -> None:
     log(f"generated {GENERATED}/torch_ort_onnx.pb.{{h,cc}} from {proto}")
 
 
+def generate_op_arity() -> None:
+    """The ONNX rows of the core's arity table, from the same onnx package (gen_op_arity.py)."""
+    spec = importlib.util.spec_from_file_location("torch_ort_gen_op_arity",
+                                                  os.path.join(ROOT, "scripts", "gen_op_arity.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.generate(GENERATED)
+    except ImportError as e:
+        raise BuildError(f"generating the ONNX arity table needs the onnx package ({e}): pip install onnx") from e
+
+
 def ensure(jobs: int | None = None) -> None:
-    """Everything the C++ build needs from protobuf; quick when it is already there."""
+    """Everything the C++ build needs generated: protobuf-lite, the ONNX message classes and the
+    ONNX arity table; quick when they are already there."""
     jobs = jobs or int(os.environ.get("MAX_JOBS", "2"))
     build_library(jobs)
     generate()
+    generate_op_arity()
 
 
 def main() -> int:
