@@ -22,8 +22,8 @@ const std::map<Key, OpTraits>& index() {
                          &ops::fused_ops, &ops::gradient_ops, &ops::aten_ops}) {
       for (OpEntry& e : family()) {
         Key key{std::string(domain_key(e.domain)), std::string(e.op_type)};
-        if (e.traits.random && e.traits.recomputable)
-          throw std::logic_error("ops/: " + key.second + " is random, so it cannot be recomputable");
+        if ((e.traits.random || e.traits.opaque) && e.traits.recomputable)
+          throw std::logic_error("ops/: " + key.second + " is random or opaque, so it cannot be recomputable");
         if (!m.emplace(key, std::move(e.traits)).second)
           throw std::logic_error("ops/: two entries for " + key.first + "::" + key.second);
       }

@@ -59,8 +59,10 @@ struct OpTraits {
   // (recompute never clones them). Not DropoutGrad: it replays the forward's mask.
   bool random = false;
   bool opaque = false;          // runs code we do not control (PythonOp, ATenOp): never merged
-  // Reruns bit-identically, cheaply enough to be cloned into backward instead of saving its
-  // output (planner/recompute.cc): deterministic, stateless, vetted. Never `random`.
+  // Reruns bit-identically, so planner/recompute.cc may clone it into backward instead of saving
+  // its output: deterministic, stateless, free of side effects, vetted. Never `random` (a
+  // dropout's output could be rebuilt from its mask only by another kernel, DropoutGrad, whose
+  // rounding of 1/(1-p) need not match the forward's), never `opaque` (arbitrary code).
   bool recomputable = false;
   bool reads_metadata_only = false;  // reads only its input's sizes (Shape, Size)
   // Its kernel computes on the host when every input is there (shape arithmetic, placement.cc).
