@@ -9,11 +9,13 @@ std::vector<OpEntry> data_ops() {
   return {
       {"", "Concat", {.recomputable = true, .host_computable = true}},
       {"", "ConstantOfShape", {.recomputable = true, .host_computable = true, .host_inputs = {0}}},  // shape
-      {"", "Range", {.recomputable = true, .host_computable = true, .host_inputs = {0, 1, 2}}},  // start, limit, delta
+      // host inputs: start, limit, delta
+      {"", "Range", {.recomputable = true, .host_computable = true, .host_inputs = {0, 1, 2}}},
       {"", "Shape", {.reads_metadata_only = true, .output_dtypes = kInt64Out}},
       {"", "Size", {.reads_metadata_only = true, .output_dtypes = kInt64Out}},
       // host inputs: starts, ends, axes, steps
-      {"", "Slice", {.recomputable = true, .host_computable = true, .host_inputs = {1, 2, 3, 4}, .view = kSlice}},
+      {"", "Slice",
+       {.recomputable = true, .host_computable = true, .host_inputs = {1, 2, 3, 4}, .view = kSlice}},
   };
 }
 

@@ -8,7 +8,8 @@ std::vector<OpEntry> index_ops() {
   return {
       {"", "Gather", {.recomputable = true, .host_computable = true}},
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
-      {"", "Split", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kSplit}},  // split
+      // Split: split
+      {"", "Split", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kSplit}},
   };
 }
 

@@ -19,7 +19,8 @@ std::vector<OpEntry> random_ops() {
       {"", "RandomNormalLike", {.random = true}},
       {"", "RandomUniform", {.random = true}},
       {"", "RandomUniformLike", {.random = true}},
-      {kOurDomain, "BiasDropout", {.random = true, .host_inputs = {3, 4}, .view = kBiasDropout}},  // ratio, training_mode
+      // host inputs: ratio, training_mode
+      {kOurDomain, "BiasDropout", {.random = true, .host_inputs = {3, 4}, .view = kBiasDropout}},
       {kOurDomain, "DropoutGrad", {.host_inputs = {2, 3}, .view = kDropoutGrad}},  // ratio, training_mode
   };
 }

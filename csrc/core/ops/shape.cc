@@ -6,14 +6,19 @@ namespace torch_ort::ops {
 std::vector<OpEntry> shape_ops() {
   using enum ViewRule;
   return {
-      {"", "Expand", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kExpand}},  // shape
+      // host inputs: shape
+      {"", "Expand", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kExpand}},
       {"", "Flatten", {.recomputable = true, .host_computable = true, .view = kReshape}},
       {"", "Pad", {.host_inputs = {1, 2, 3}}},  // pads, constant_value, axes
-      {"", "Reshape", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kReshape}},  // shape
-      {"", "Squeeze", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kSqueeze}},  // axes
+      // host inputs: shape
+      {"", "Reshape", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kReshape}},
+      // host inputs: axes
+      {"", "Squeeze", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kSqueeze}},
       {"", "Tile", {.host_computable = true, .host_inputs = {1, 2}}},  // repeats (and opset 1's axis)
       {"", "Transpose", {.recomputable = true, .host_computable = true, .view = kTranspose}},
-      {"", "Unsqueeze", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kUnsqueeze}},  // axes
+      // host inputs: axes
+      {"", "Unsqueeze",
+       {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kUnsqueeze}},
   };
 }
 
