@@ -274,6 +274,27 @@ TEST(Cse, RandomAndOpaqueOpsAndGraphOutputsAreNeverMerged) {
   EXPECT_EQ(g.nodes.size(), 8u);
 }
 
+// "Random" is the op's trait (ops/random.cc), not a name pattern: BiasDropout draws and is kept
+// twice; DropoutGrad replays the mask it is given, so two equal ones are one.
+TEST(Cse, RandomIsATraitNotANamePattern) {
+  Graph g;
+  ValueId x = testing::fvalue(g, "x"), dy = testing::fvalue(g, "dy");
+  ValueId mask = g.add_value("mask", DType::kBool, g.value(x).shape);
+  ValueId train = g.add_value("train", DType::kBool, Shape::of({}));
+  g.inputs = {x, dy, mask, train};
+  ValueId b1 = out(g, "b1"), b2 = out(g, "b2"), g1 = out(g, "g1"), g2 = out(g, "g2"), y = out(g, "y");
+  add_node(g, "BiasDropout", {x, kNoValue, kNoValue, kNoValue, train}, {b1}, "/bd1", kOurDomain);
+  add_node(g, "BiasDropout", {x, kNoValue, kNoValue, kNoValue, train}, {b2}, "/bd2", kOurDomain);
+  add_node(g, "DropoutGrad", {dy, mask, kNoValue, train}, {g1}, "/dg1", kOurDomain);
+  add_node(g, "DropoutGrad", {dy, mask, kNoValue, train}, {g2}, "/dg2", kOurDomain);
+  add_node(g, "Sum", {b1, b2, g1, g2}, {y}, "/sum");
+  g.outputs = {y};
+  auto pass = make_cse_pass();
+  run_twice(*pass, g);
+  EXPECT_EQ(count(g, "BiasDropout"), 2);
+  EXPECT_EQ(count(g, "DropoutGrad"), 1);
+}
+
 TEST(Cse, TrainingGraphKeepsTheEarlierNodeAndItsPhase) {
   // Forward Transpose(w) and a backward copy of it: the backward reader now reads the forward one.
   Graph g;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "csrc/core/ir/graph.h"
+#include "csrc/core/ops/op_traits.h"
 
 namespace torch_ort {
 
@@ -27,10 +28,9 @@ inline bool is_aten_op(const Node& n) { return n.domain == kOurDomain && n.op_ty
 inline bool is_autograd_op(const Node& n) {
   return n.domain == kOurDomain && (n.op_type == kAtenOp || n.op_type == kPythonOp);
 }
-// Nodes that run code we do not control (a user Function, the ATen dispatcher, PyTorch autograd).
-inline bool runs_opaque_code(const Node& n) {
-  return is_autograd_op(n) || (n.domain == kOurDomain && n.op_type == kAtenOpGrad);
-}
+// Nodes of ours that run code we do not control (a user Function, the ATen dispatcher, PyTorch
+// autograd): the opaque trait (ops/aten.cc).
+inline bool runs_opaque_code(const Node& n) { return n.domain == kOurDomain && is_opaque(n); }
 
 // Adds the autograd outputs described above to `n` (once; a no-op when num_results is set).
 void request_aten_autograd_outputs(Graph& g, Node& n);

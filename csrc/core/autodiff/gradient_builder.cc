@@ -8,13 +8,15 @@
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ops/op_traits.h"
 
 namespace torch_ort {
 namespace {
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// Some gradients need a forward output the exporter left out; ask the forward op for it.
+// Some gradients need a forward output the exporter left out; ask the forward op for it (the
+// ops with the grad_needs_optional_outputs trait, csrc/core/ops/).
 // SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
 // LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
@@ -23,10 +25,7 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
     if (is_autograd_op(n)) request_aten_autograd_outputs(g, n);
-    const bool rewritten = n.domain.empty() ? (n.op_type == "MaxPool" || n.op_type == "Dropout" ||
-                                               n.op_type == "LayerNormalization" ||
-                                               n.op_type == "SoftmaxCrossEntropyLoss")
-                                            : (n.domain == kOurDomain && n.op_type == "CrossEntropyLoss");
+    const bool rewritten = op_traits(n).grad_needs_optional_outputs;
     // Those get outputs named after output 0 and shaped like input 0 (a malformed model may
     // omit either: fuzzer, LayerNormalization with no X).
     if (rewritten && (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty() ||

@@ -1,24 +1,14 @@
 // Output dtype rules per op family; shapes stay as the exporter gave them (symbolic dims).
 #include "csrc/core/ir/type_inference.h"
 
-#include <set>
 #include <string>
+#include <vector>
 
 #include "csrc/core/ir/errors.h"
+#include "csrc/core/ops/op_traits.h"
 
 namespace torch_ort {
 namespace {
-
-const std::set<std::string>& bool_ops() {
-  static const std::set<std::string> ops{"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual",
-                                         "Not", "And", "Or", "Xor", "IsNaN", "IsInf"};
-  return ops;
-}
-
-const std::set<std::string>& int64_ops() {
-  static const std::set<std::string> ops{"Shape", "Size", "ArgMax", "ArgMin", "NonZero"};
-  return ops;
-}
 
 DType constant_dtype(const Node& n) {
   if (const TensorData* t = n.attrs.get_tensor("value")) return t->dtype;
@@ -37,10 +27,10 @@ DType output_dtype(const Graph& g, const Node& n, size_t out_index) {
     const TensorData* t = n.attrs.get_tensor("value");
     return t ? t->dtype : DType::kFloat;
   }
-  if (bool_ops().count(op)) return DType::kBool;
-  if (int64_ops().count(op)) return DType::kInt64;
-  if (op == "Dropout" && out_index == 1) return DType::kBool;  // the mask
-  if (op == "MaxPool" && out_index == 1) return DType::kInt64;  // Indices
+  // Comparisons and logic give bool, Shape/ArgMax/... int64, Dropout's mask bool, MaxPool's
+  // Indices int64: the op's output_dtypes trait (csrc/core/ops/).
+  const std::vector<DType>& fixed = op_traits(n).output_dtypes;
+  if (out_index < fixed.size() && fixed[out_index] != DType::kUndefined) return fixed[out_index];
   if (op == "Where" && n.inputs.size() > 1 && n.inputs[1] != kNoValue) return g.value(n.inputs[1]).dtype;
   // Everything else computes in the type of its first (data) input.
   for (ValueId in : n.inputs)

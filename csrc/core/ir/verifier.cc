@@ -13,6 +13,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/op_arity.h"
+#include "csrc/core/ops/op_traits.h"
 
 namespace torch_ort {
 
@@ -60,9 +61,9 @@ const std::map<std::string, std::string>& attribute_kinds() {
 }  // namespace
 
 std::string attribute_kind_problem(const Node& n) {
-  // ATenOp/PythonOp carry the wrapped call's arguments under their own names and kinds.
-  const bool opaque = n.domain == kOurDomain &&
-                      (n.op_type == "ATenOp" || n.op_type == "ATenOpGrad" || n.op_type == "PythonOp");
+  // Our opaque ops (ATenOp, ATenOpGrad, PythonOp: ops/aten.cc) carry the wrapped call's
+  // arguments under their own names and kinds.
+  const bool opaque = n.domain == kOurDomain && op_traits(n).opaque;
   static const std::set<std::string> kOpaqueOwn = {"aten_op", "arg_kinds", "func_id", "num_results", "name"};
   for (const auto& [name, a] : n.attrs.all()) {
     if (opaque && !kOpaqueOwn.count(name)) continue;

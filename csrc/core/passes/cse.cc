@@ -1,9 +1,9 @@
 // Common-subexpression elimination: two nodes of the same op (domain, type), attributes and
 // inputs compute the same values, so the later one goes and its readers read the earlier one's
 // outputs. Equal small constants (initializers) count as one value first, so the per-layer copies
-// of the exporter's shape arithmetic collapse. Never merged: ops that draw random numbers
-// (Dropout, Random*, Bernoulli, Multinomial) and opaque ops (PythonOp, ATenOp), whose calls may
-// have effects.
+// of the exporter's shape arithmetic collapse. Never merged: ops that draw random numbers and
+// opaque ops (PythonOp, ATenOp), whose calls may have effects (their traits: ops/random.cc,
+// ops/aten.cc).
 //
 // Works on any graph, the forward+backward training graph included: it only removes nodes (the
 // survivor is always the earlier node), so every remaining node keeps its half.
@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/passes/pattern.h"
 
@@ -25,23 +26,12 @@ using namespace pattern;
 
 constexpr size_t kMaxConstantBytes = 4096;  // larger initializers are not compared byte by byte
 
+// Random ops draw anew on every call, opaque ones may have effects (and ATenOpGrad consumes the
+// autograd history its ATenOp/PythonOp recorded, once): never merged (ops/op_traits.h).
 bool mergeable(const Node& n) {
-  const std::string& op = n.op_type;
-  // ATenOpGrad consumes the autograd history its ATenOp/PythonOp recorded, once.
-  if (op == "PythonOp" || op == "ATenOp" || op == "ATenOpGrad" || op == "ATen") return false;
-  if (op.find("Dropout") != std::string::npos || op.find("Random") != std::string::npos) return false;
-  if (op == "Bernoulli" || op == "Multinomial") return false;
+  if (is_random(n) || is_opaque(n)) return false;
   for (ValueId o : n.outputs)
     if (o != kNoValue) return true;
-  return false;
-}
-
-// ONNX ops whose result does not depend on the order of their inputs.
-bool commutative(const Node& n) {
-  if (!(n.domain.empty() || n.domain == "ai.onnx")) return false;
-  static const char* kOps[] = {"Add", "Mul", "Sum", "Max", "Min", "And", "Or", "Xor", "Equal", "Mean"};
-  for (const char* op : kOps)
-    if (n.op_type == op) return true;
   return false;
 }
 
@@ -59,7 +49,7 @@ void append_tensor(std::string& k, const TensorData& t) {
 std::optional<std::string> key_of(const Node& n) {
   std::string k = n.domain + "\x1f" + n.op_type + "\x1f";
   std::vector<ValueId> ins = n.inputs;
-  if (commutative(n)) std::sort(ins.begin(), ins.end());
+  if (op_traits(n).commutative) std::sort(ins.begin(), ins.end());
   for (ValueId v : ins) k += std::to_string(v) + ",";
   k += '\x1f';
   k += std::to_string(n.outputs.size());

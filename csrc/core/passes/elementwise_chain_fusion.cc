@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/passes/pattern.h"
 
@@ -29,16 +29,6 @@ using pattern::is_onnx;
 
 constexpr size_t kMaxInstructions = 32;  // one tile buffer each, per thread
 constexpr size_t kMaxInputs = 16;
-
-const std::set<std::string>& unary_ops() {
-  static const std::set<std::string> s{"Neg", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "Sqrt", "Erf",
-                                       "Reciprocal"};
-  return s;
-}
-const std::set<std::string>& binary_ops() {
-  static const std::set<std::string> s{"Add", "Sub", "Mul", "Div", "Pow"};
-  return s;
-}
 
 std::optional<double> scalar_const(const Graph& g, const GraphIndex& idx, ValueId v) {
   std::optional<TensorData> t = pattern::constant_of(g, idx, v);
@@ -103,12 +93,12 @@ class ElementwiseChainFusion final : public Pass {
   }
 
  private:
-  // An fp32 elementwise op of our set whose operands all fit the root shape r.
+  // An fp32 elementwise op the program can run whose operands all fit the root shape r.
   static bool eligible(const Graph& g, const GraphIndex& idx, NodeId n, const Shape& r) {
     const Node& node = g.nodes[n];
-    if (!node.domain.empty() && node.domain != "ai.onnx") return false;
-    const bool unary = unary_ops().count(node.op_type) != 0;
-    if (!unary && !binary_ops().count(node.op_type)) return false;
+    const FusedInstr instr = op_traits(node).fused;  // (ops/elementwise.cc)
+    if (instr == FusedInstr::kNone) return false;
+    const bool unary = instr == FusedInstr::kUnary;
     if (node.inputs.size() != (unary ? 1u : 2u) || node.outputs.size() != 1) return false;
     const ValueId out = node.outputs[0];
     if (out == kNoValue || g.value(out).dtype != DType::kFloat || !fits(g.value(out).shape, r)) return false;

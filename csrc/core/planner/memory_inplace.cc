@@ -2,18 +2,16 @@
 // kernels/elementwise.cc do), and the plan's choice per step (see memory.h).
 #include <algorithm>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/planner/memory.h"
 
 namespace torch_ort {
 
 std::vector<int> inplace_candidates(const Graph& g, const Node& n) {
-  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.empty() ||
-      n.outputs[0] == kNoValue)
-    return {};
-  std::vector<int> ops;
-  if (n.op_type == "Add" || n.op_type == "Mul") ops = {0, 1};
-  else if ((n.op_type == "Sub" || n.op_type == "Div") && n.inputs.size() == 2) ops = {0};
-  else if (n.op_type == "Sum" && n.inputs.size() > 1) ops = {0};  // the kernel sums into operand 0
+  // The operands the op's kernel may overwrite (its inplace_inputs trait, ops/elementwise.cc),
+  // with two or more operands: a lone Sum operand passes through (a view, memory_layout.cc).
+  const std::vector<int>& ops = op_traits(n).inplace_inputs;
+  if (ops.empty() || n.inputs.size() < 2 || n.outputs.empty() || n.outputs[0] == kNoValue) return {};
   const Value& out = g.value(n.outputs[0]);
   if (!is_floating(out.dtype)) return {};
   std::vector<int> out_ops;

@@ -1,7 +1,8 @@
 // Views: which buffer each value lives in, as our runtime kernels lay it out (see memory.h).
 //
-// The alias table follows csrc/runtime/kernels: shape_ops.cc (Reshape/Flatten via at::reshape,
-// Transpose via permute, Squeeze/Unsqueeze/Expand), slice.cc (Slice, Split, ConcatGrad narrow),
+// One rule per kind of the ops' `view` trait (csrc/core/ops/), following csrc/runtime/kernels:
+// shape_ops.cc (Reshape/Flatten via at::reshape, Transpose via permute,
+// Squeeze/Unsqueeze/Expand), slice.cc (Slice, Split, ConcatGrad narrow),
 // elementwise.cc (Identity, Cast to its own dtype, Dropout in inference, single-operand Sum),
 // grad_ops.cc, reduce.cc, compare.cc, fused_dropout.cc and aten_fallback.cc (detached leaves).
 //
@@ -22,11 +23,9 @@
 //   - a kernel returning a view of its own larger scratch (Conv's crop, attention's narrowed
 //     statistics) is counted at the value's bytes, not the scratch's.
 #include <algorithm>
-#include <functional>
-#include <map>
 #include <stdexcept>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/strides.h"
 
@@ -34,7 +33,7 @@ namespace torch_ort {
 namespace {
 
 using Layouts = std::vector<ValueLayout>;
-using Rule = std::function<std::optional<AliasRule>(const Graph&, const Node&, int, const Layouts&)>;
+using Rule = std::optional<AliasRule> (*)(const Graph&, const Node&, int, const Layouts&);
 
 // --- Constants the rules read.
 bool has(const Node& n, int i) {
@@ -299,33 +298,30 @@ std::optional<AliasRule> autograd_op(const Graph&, const Node& n, int out, const
   return same_layout(n, static_cast<int>(out - 2 * k), l);
 }
 
-// One line per op whose kernel may return a view; every other op allocates its outputs.
-const std::map<std::pair<std::string, std::string>, Rule>& alias_table() {
-  static const std::map<std::pair<std::string, std::string>, Rule> table = {
-      {{"", "Identity"}, view_of_input0},
-      {{"", "Reshape"}, reshape},
-      {{"", "Flatten"}, reshape},
-      {{"", "Squeeze"}, squeeze},
-      {{"", "Unsqueeze"}, unsqueeze},
-      {{"", "Transpose"}, transpose},
-      {{"", "Expand"}, expand},
-      {{"", "Slice"}, slice},
-      {{"", "Split"}, split},
-      {{kOurDomain, "ConcatGrad"}, split},
-      {{"", "Cast"}, same_dtype},
-      {{"", "CastLike"}, same_dtype},
-      {{"", "Dropout"}, dropout},
-      {{kOurDomain, "BiasDropout"}, bias_dropout},
-      {{kOurDomain, "DropoutGrad"}, dropout_grad},
-      {{kOurDomain, "SumToShape"}, if_same_shape},
-      {{kOurDomain, "ReduceSumGrad"}, spread},
-      {{"", "ReduceSum"}, reduce},
-      {{"", "ReduceMean"}, reduce},
-      {{"", "Sum"}, single_sum},
-      {{kOurDomain, kAtenOp}, autograd_op},
-      {{kOurDomain, kPythonOp}, autograd_op},
-  };
-  return table;
+// The rule for each kind of view (the op's `view` trait, ops/<family>.cc: one line per op whose
+// kernel may return a view; every other op allocates its outputs).
+Rule rule_for(ViewRule kind) {
+  switch (kind) {
+    case ViewRule::kNever: return nullptr;
+    case ViewRule::kInput0: return view_of_input0;
+    case ViewRule::kReshape: return reshape;
+    case ViewRule::kSqueeze: return squeeze;
+    case ViewRule::kUnsqueeze: return unsqueeze;
+    case ViewRule::kTranspose: return transpose;
+    case ViewRule::kExpand: return expand;
+    case ViewRule::kSlice: return slice;
+    case ViewRule::kSplit: return split;
+    case ViewRule::kSameDtype: return same_dtype;
+    case ViewRule::kDropout: return dropout;
+    case ViewRule::kBiasDropout: return bias_dropout;
+    case ViewRule::kDropoutGrad: return dropout_grad;
+    case ViewRule::kIfSameShape: return if_same_shape;
+    case ViewRule::kSpread: return spread;
+    case ViewRule::kReduceNoop: return reduce;
+    case ViewRule::kSingleSum: return single_sum;
+    case ViewRule::kAutogradOp: return autograd_op;
+  }
+  return nullptr;
 }
 
 // --- New buffers that are not row-major: ATen's fused attention allocates Y (and, in backward,
@@ -364,13 +360,12 @@ bool is_constant_node(const Node& n) {
 
 std::optional<AliasRule> alias_rule(const Graph& g, const Node& n, int output,
                                     const std::vector<ValueLayout>& layout) {
-  const auto& table = alias_table();
-  auto it = table.find({n.domain == "ai.onnx" ? "" : n.domain, n.op_type});
-  if (it == table.end() || output < 0 || output >= static_cast<int>(n.outputs.size()) ||
+  const ViewRule kind = op_traits(n).view;
+  if (kind == ViewRule::kNever || output < 0 || output >= static_cast<int>(n.outputs.size()) ||
       n.outputs[output] == kNoValue)
     return std::nullopt;
-  if (!has(n, 0) && !is_autograd_op(n)) return std::nullopt;  // the others view input 0
-  return it->second(g, n, output, layout);
+  if (!has(n, 0) && kind != ViewRule::kAutogradOp) return std::nullopt;  // the others view input 0
+  return rule_for(kind)(g, n, output, layout);
 }
 
 std::vector<ValueLayout> value_layouts(const Graph& g) {

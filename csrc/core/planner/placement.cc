@@ -5,81 +5,20 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ops/op_traits.h"
 
 namespace torch_ort {
 namespace {
 
-// Host inputs per op, one line each: positions whose values the kernel reads as numbers
-// (csrc/runtime/kernels, KernelCtx::input_ints / input_scalar / input_flag). Positions past a
-// node's inputs (an older opset's form) are ignored.
-const std::map<std::string, std::vector<int>, std::less<>>& onnx_host_inputs() {
-  static const std::map<std::string, std::vector<int>, std::less<>> table = {
-      {"ConstantOfShape", {0}},   // shape
-      {"Dropout", {1, 2}},        // ratio, training_mode
-      {"Expand", {1}},            // shape
-      {"Pad", {1, 2, 3}},         // pads, constant_value, axes
-      {"Range", {0, 1, 2}},       // start, limit, delta
-      {"ReduceMax", {1}},         // axes (opset 18+; ReduceSum 13+)
-      {"ReduceMean", {1}},
-      {"ReduceMin", {1}},
-      {"ReduceProd", {1}},
-      {"ReduceSum", {1}},
-      {"Reshape", {1}},           // shape
-      {"Slice", {1, 2, 3, 4}},    // starts, ends, axes, steps
-      {"Split", {1}},             // split
-      {"Squeeze", {1}},           // axes
-      {"Tile", {1, 2}},           // repeats (and opset 1's axis)
-      {"Trilu", {1}},             // k
-      {"Unsqueeze", {1}},         // axes
-  };
-  return table;
-}
-
-const std::map<std::string, std::vector<int>, std::less<>>& our_host_inputs() {
-  static const std::map<std::string, std::vector<int>, std::less<>> table = {
-      {"AttentionGrad", {8}},               // Backend (the forward's choice)
-      {"AveragePoolGrad", {1}},             // shape(X)
-      {"BiasDropout", {3, 4}},              // ratio, training_mode
-      {"DropoutGrad", {2, 3}},              // ratio, training_mode
-      {"EmbeddingGrad", {2}},               // shape(W)
-      {"GatherElementsGrad", {1}},          // shape(X)
-      {"GatherGrad", {1}},
-      {"GatherNDGrad", {1}},
-      {"MaxPoolGrad", {2}},                 // shape(X)
-      {"ReduceMeanGrad", {1, 2}},           // shape(X), axes
-      {"ReduceSumGrad", {1, 2}},
-      {"SliceGrad", {1, 2, 3, 4, 5}},       // shape(X), starts, ends, axes, steps
-      {"SplitGrad", {0, 1}},                // shape(X), split
-      {"SumToShape", {1}},                  // shape
-      {"TileGrad", {1}},                    // shape(X)
-  };
-  return table;
-}
-
-// Ops whose kernel computes on the host when every input is there (shape arithmetic). Their
-// kernels are ATen calls that run on CPU tensors as on device ones.
-const std::set<std::string, std::less<>>& host_computable() {
-  static const std::set<std::string, std::less<>> ops = {
-      "Abs", "Add", "And", "Cast", "CastLike", "Concat", "ConstantOfShape", "Div", "Equal",
-      "Exp", "Expand", "Flatten", "Gather", "Greater", "GreaterOrEqual", "Identity", "Less",
-      "LessOrEqual", "Log", "Max", "Min", "Mul", "Neg", "Not", "Or", "Pow", "Range", "ReduceMax",
-      "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "Reshape", "Slice", "Split", "Sqrt",
-      "Squeeze", "Sub", "Sum", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"};
-  return ops;
-}
-
 bool is_default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
 
 // Shape and Size read only their input's sizes: it may live anywhere, and they compute on the host.
-bool reads_metadata_only(const Node& n) {
-  return is_default_domain(n) && (n.op_type == "Shape" || n.op_type == "Size");
-}
+bool reads_metadata_only(const Node& n) { return op_traits(n).reads_metadata_only; }
 
 bool is_constant_node(const Node& n) {
   return is_default_domain(n) && n.op_type == "Constant" && n.inputs.empty();
@@ -103,10 +42,11 @@ enum class Need : uint8_t { kAny, kHost, kDevice };
 }  // namespace
 
 std::vector<int> host_inputs(const Node& n) {
-  std::vector<int> out;
-  if (is_default_domain(n)) {
-    if (auto it = onnx_host_inputs().find(n.op_type); it != onnx_host_inputs().end()) out = it->second;
-  } else if (n.domain == kOurDomain) {
+  // Most ops: a fixed list of positions, their trait (ops/<family>.cc, from the kernels'
+  // KernelCtx::input_ints / input_scalar / input_flag). Positions past a node's inputs (an older
+  // opset's form) are ignored.
+  std::vector<int> out = op_traits(n).host_inputs;
+  if (n.domain == kOurDomain) {
     if (n.op_type == "ConcatGrad") {  // (dY, shape(X_0), ..., shape(X_n-1))
       for (int i = 1; i < static_cast<int>(n.inputs.size()); ++i) out.push_back(i);
     } else if (n.op_type == kAtenOp || n.op_type == kAtenOpGrad) {
@@ -119,8 +59,6 @@ std::vector<int> host_inputs(const Node& n) {
         if (kinds[i] == "ints")
           for (int64_t k : n.attrs.get_ints(name + "_inputs", {})) out.push_back(static_cast<int>(k));
       }
-    } else if (auto it = our_host_inputs().find(n.op_type); it != our_host_inputs().end()) {
-      out = it->second;
     }
   }
   const int count = static_cast<int>(n.inputs.size());
@@ -154,8 +92,7 @@ Placement place_host_values(Graph& g, std::vector<ValueId>* device_roots) {
   for (size_t k = 0; k < num_nodes; ++k) {
     const Node& n = g.nodes[k];
     bool on_host = reads_metadata_only(n);
-    if (!on_host && (is_default_domain(n) ? host_computable().count(n.op_type) != 0
-                                          : n.domain == kOurDomain && n.op_type == "FusedElementwise")) {
+    if (!on_host && op_traits(n).host_computable) {
       on_host = !n.inputs.empty();
       for (ValueId v : n.inputs)
         if (v != kNoValue && !host[v] && !(constant[v] && is_small(g, v))) on_host = false;

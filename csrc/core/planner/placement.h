@@ -31,8 +31,9 @@ inline constexpr const char* kToDevice = "ToDevice";
 inline constexpr int64_t kMaxHostElements = 64;
 
 // Input positions of node `n` its kernel reads as numbers on the host (shape, axes, starts,
-// repeats, ratio, training flag, Range bounds, ATenOp arguments traced from sizes). One line per
-// op in placement.cc; the runtime checks every host read against it.
+// repeats, ratio, training flag, Range bounds, ATenOp arguments traced from sizes): the op's
+// host_inputs trait (csrc/core/ops/<family>.cc, one line per op), or per node for ConcatGrad and
+// ATenOp. The runtime checks every host read against it.
 std::vector<int> host_inputs(const Node& n);
 // Output positions a device kernel makes on the host (Attention's backend choice, a scalar its
 // gradient reads as a number).

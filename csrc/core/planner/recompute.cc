@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/passes/pattern.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/plan.h"
@@ -24,29 +25,6 @@ using pattern::is_ours;
 
 constexpr size_t kMaxSubgraphNodes = 15;
 constexpr int64_t kMaxMetadataElements = 64;  // integer/bool tensors this small are shapes, not activations
-
-// Ops a clone reruns bit-identically: deterministic, stateless, free of side effects. Not here:
-// random ops (Dropout, BiasDropout, RandomUniform, ...) — their outputs could be rebuilt from the
-// mask only by another kernel (DropoutGrad), whose rounding of 1/(1-p) need not match the
-// forward's; PythonOp/ATenOp (arbitrary code); anything else we have not vetted.
-bool recomputable(const Node& n) {
-  static const std::set<std::string> onnx = {
-      // elementwise
-      "Add", "Sub", "Mul", "Div", "Neg", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Pow", "Sqrt",
-      "Exp", "Log", "Where", "Cast", "Identity", "Reciprocal", "Abs", "Max", "Min", "Not", "And",
-      "Or", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-      // shapes and views
-      "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Gather",
-      "Expand", "Concat", "Range", "ConstantOfShape",
-      // heavier: normalisation, GEMMs, softmax
-      "LayerNormalization", "MatMul", "Gemm", "Softmax", "LogSoftmax",
-      // the loss: its log-probabilities (B·T·vocab) from the logits (a graph output)
-      "SoftmaxCrossEntropyLoss"};
-  static const std::set<std::string> ours = {"BiasGelu", "FusedElementwise", "SkipLayerNorm",
-                                             "FusedMatMul", "Attention"};
-  if (n.domain.empty() || n.domain == "ai.onnx") return onnx.count(n.op_type) > 0;
-  return n.domain == kOurDomain && ours.count(n.op_type) > 0;
-}
 
 // Symbols of a byte formula, opaque atoms ("(s1*s2)//s3") included: every identifier in them.
 std::set<std::string> identifiers(const SymExpr& e) {
@@ -121,7 +99,7 @@ struct Facts {
   std::vector<NodeId> forward_readers(ValueId v) const {
     std::vector<NodeId> out;
     for (NodeId c : idx.consumers[v])
-      if (static_cast<size_t>(c) < num_forward && !is_onnx(g.nodes[c], "Shape") && !is_onnx(g.nodes[c], "Size"))
+      if (static_cast<size_t>(c) < num_forward && !op_traits(g.nodes[c]).reads_metadata_only)
         out.push_back(c);
     return out;
   }
@@ -183,7 +161,7 @@ Walk walk_from(const Facts& f, NodeId root, const std::vector<ValueId>& dropping
       if (f.kept(u, dropping)) continue;
       const NodeId p = f.idx.producer[u];
       if (in.count(p)) continue;
-      if (recomputable(f.g.nodes[p]) && is_floating(f.g.value(u).dtype) && in.size() < max_nodes) {
+      if (is_recomputable(f.g.nodes[p]) && is_floating(f.g.value(u).dtype) && in.size() < max_nodes) {
         in.insert(p);
         todo.push(p);
       } else if (std::find(w.frontier.begin(), w.frontier.end(), u) == w.frontier.end()) {
@@ -308,7 +286,7 @@ RecomputeResult analyze_recompute(const TrainingGraph& tg) {
 
   for (size_t i = 0; i < f.num_forward; ++i) {
     const NodeId root = static_cast<NodeId>(i);
-    if (!recomputable(g.nodes[root])) continue;
+    if (!is_recomputable(g.nodes[root])) continue;
     std::vector<ValueId> dropping;  // the root's saved outputs that are activations
     for (ValueId v : g.nodes[root].outputs)
       if (v != kNoValue && f.saved[v] && !f.cheap[v] && !f.boundary[v] && !input_grad[v] && !f.views_kept(v))

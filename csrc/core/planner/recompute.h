@@ -10,7 +10,7 @@
 // Candidates: saved outputs of forward nodes, except graph outputs (the caller holds them
 // anyway), returned gradients, layer boundaries, small integer tensors (shapes) and views of
 // buffers that stay kept (memory.h's value_layouts: dropping them frees nothing). Subgraphs
-// hold at most 15 nodes of deterministic ops (recompute.cc lists them); random ops (Dropout,
+// hold at most 15 nodes of recomputable ops (their trait, csrc/core/ops/); random ops (Dropout,
 // BiasDropout) are never cloned, so their outputs and masks stay saved.
 //   strategy 1 (recompute): the subgraph's inputs are values backward keeps anyway (saved values
 //     not being dropped, graph inputs and outputs, constants, shape tensors); the activation's

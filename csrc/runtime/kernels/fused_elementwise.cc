@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -29,6 +30,7 @@
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros.h>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/runtime/kernel.h"
 #include "csrc/runtime/kernels/cpu/gelu.h"
 
@@ -57,12 +59,36 @@ struct Program {
 
 bool is_unary(Op op) { return op >= Op::kNeg; }
 
+// Each instruction's formulas, by name. Which ops are instructions, and which take one operand,
+// is their FusedInstr trait (csrc/core/ops/elementwise.cc), which elementwise_chain_fusion
+// emits; checked once against this table, so a trait line without formulas here (or the other
+// way round) fails on the first program instead of at an unlucky fusion.
+const std::vector<std::pair<const char*, Op>>& instructions() {
+  static const std::vector<std::pair<const char*, Op>> names = [] {
+    std::vector<std::pair<const char*, Op>> t{
+        {"Add", Op::kAdd},   {"Sub", Op::kSub},   {"Mul", Op::kMul},         {"Div", Op::kDiv},
+        {"Pow", Op::kPow},   {"Neg", Op::kNeg},   {"Exp", Op::kExp},         {"Log", Op::kLog},
+        {"Tanh", Op::kTanh}, {"Sigmoid", Op::kSigmoid}, {"Relu", Op::kRelu}, {"Sqrt", Op::kSqrt},
+        {"Erf", Op::kErf},   {"Reciprocal", Op::kReciprocal}};
+    for (const auto& [name, op] : t) {
+      const OpTraits* traits = find_op("", name);
+      const FusedInstr want = is_unary(op) ? FusedInstr::kUnary : FusedInstr::kBinary;
+      if (!traits || traits->fused != want)
+        throw std::logic_error(std::string("FusedElementwise: ") + name + "'s FusedInstr trait (csrc/core/ops/) "
+                               "does not match the kernel's formulas");
+    }
+    size_t with_trait = 0;
+    for (const std::string& key : op_traits_ops())
+      if (key.rfind("::", 0) == 0 && find_op("", key.substr(2))->fused != FusedInstr::kNone) ++with_trait;
+    if (with_trait != t.size())
+      throw std::logic_error("FusedElementwise: an op has a FusedInstr trait (csrc/core/ops/) but no formulas here");
+    return t;
+  }();
+  return names;
+}
+
 Program parse(const KernelCtx& c, int64_t n_inputs) {
-  static const std::vector<std::pair<const char*, Op>> names{
-      {"Add", Op::kAdd},   {"Sub", Op::kSub},   {"Mul", Op::kMul},         {"Div", Op::kDiv},
-      {"Pow", Op::kPow},   {"Neg", Op::kNeg},   {"Exp", Op::kExp},         {"Log", Op::kLog},
-      {"Tanh", Op::kTanh}, {"Sigmoid", Op::kSigmoid}, {"Relu", Op::kRelu}, {"Sqrt", Op::kSqrt},
-      {"Erf", Op::kErf},   {"Reciprocal", Op::kReciprocal}};
+  const std::vector<std::pair<const char*, Op>>& names = instructions();
   Program p;
   p.n_inputs = n_inputs;
   p.consts = c.attrs.get_floats("consts", {});

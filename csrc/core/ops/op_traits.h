@@ -1,0 +1,106 @@
+// Op traits: the properties of an op that the passes, the planner, autodiff and type inference
+// ask about, one entry per op in one place (ops/<family>.cc, one line per op). A stage asks
+// "is this op random?" here instead of keeping its own list of names.
+//
+// Layering: this folder sits just above the IR's data types (ir/graph.h, ir/dtype.h) and below
+// every stage that reads it (ir/type_inference, passes, planner, autodiff, the runtime). It
+// includes nothing else from the core.
+//
+// An op without an entry has no traits (every flag false, every list empty): each stage then
+// takes its conservative path (not fused, not recomputed, allocated, on the device, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "csrc/core/ir/dtype.h"
+#include "csrc/core/ir/graph.h"
+
+namespace torch_ort {
+
+// An instruction of a FusedElementwise program (elementwise_chain_fusion.cc; the runtime's
+// kernels/fused_elementwise.cc runs exactly these).
+enum class FusedInstr : uint8_t {
+  kNone,
+  kUnary,   // y = op(a)
+  kBinary,  // y = op(a, b)
+};
+
+// How an output may share its input's buffer, as our runtime kernel lays it out. Each kind is
+// one rule in planner/memory_layout.cc, which decides per node whether it is a view and with
+// which strides.
+enum class ViewRule : uint8_t {
+  kNever,        // every output is a new buffer
+  kInput0,        // Identity: input 0 itself
+  kReshape,       // Reshape, Flatten: at::reshape (a view when the strides allow)
+  kSqueeze,
+  kUnsqueeze,
+  kTranspose,     // a permuted view
+  kExpand,        // a broadcast view (stride 0)
+  kSlice,         // a narrowed view (not for a negative step)
+  kSplit,         // narrowed views along `axis` (Split, ConcatGrad)
+  kSameDtype,     // Cast/CastLike to the input's own dtype
+  kDropout,       // X passed through when not training or ratio 0
+  kBiasDropout,   // X passed through when it adds nothing and drops nothing
+  kDropoutGrad,   // dY passed through when the forward passed X through
+  kIfSameShape,   // SumToShape: dY when nothing is reduced
+  kSpread,        // ReduceSumGrad: unsqueeze + expand of dY
+  kReduceNoop,    // ReduceSum/ReduceMean with noop_with_empty_axes and no axes
+  kSingleSum,     // Sum of one operand
+  kAutogradOp,    // ATenOp/PythonOp: results and detached inputs (autodiff/aten_op.h)
+};
+
+struct OpTraits {
+  FusedInstr fused = FusedInstr::kNone;  // an instruction FusedElementwise can run
+  bool commutative = false;     // the result does not depend on the order of the inputs (cse)
+  // Draws random numbers: two equal nodes differ (cse never merges them) and a clone draws anew
+  // (recompute never clones them). Not DropoutGrad: it replays the forward's mask.
+  bool random = false;
+  bool opaque = false;          // runs code we do not control (PythonOp, ATenOp): never merged
+  // Reruns bit-identically, so planner/recompute.cc may clone it into backward instead of saving
+  // its output: deterministic, stateless, free of side effects, vetted. Never `random` (a
+  // dropout's output could be rebuilt from its mask only by another kernel, DropoutGrad, whose
+  // rounding of 1/(1-p) need not match the forward's), never `opaque` (arbitrary code).
+  bool recomputable = false;
+  bool reads_metadata_only = false;  // reads only its input's sizes (Shape, Size)
+  // Its kernel computes on the host when every input is there (shape arithmetic, placement.cc).
+  bool host_computable = false;
+  // Inputs the kernel reads as numbers on the host (KernelCtx::input_ints / input_scalar /
+  // input_flag): placement keeps them there. Positions past a node's inputs are ignored.
+  std::vector<int> host_inputs = {};
+  // Operands the elementwise kernel may overwrite with its result (kernels/elementwise.cc),
+  // when the node has two or more operands; planner/memory_inplace.cc decides per step.
+  std::vector<int> inplace_inputs = {};
+  ViewRule view = ViewRule::kNever;
+  // Output k's dtype when the op fixes it (kUndefined or past the end: the data's dtype, see
+  // ir/type_inference.cc). ONNX ops only; ours are typed by the code that builds them.
+  std::vector<DType> output_dtypes = {};
+  // Its gradient reads forward outputs the exporter may leave out (MaxPool's Indices,
+  // Dropout's mask, LayerNormalization's statistics, the loss's log-probabilities):
+  // autodiff/gradient_builder.cc adds them before building gradients.
+  bool grad_needs_optional_outputs = false;
+};
+
+// One registry line: (domain, op) and its traits. domain "" is ONNX's default (ai.onnx).
+struct OpEntry {
+  std::string_view domain;
+  std::string_view op_type;
+  OpTraits traits;
+};
+
+// The traits of op_type in domain ("" and "ai.onnx" alike), nullptr for an op without an entry.
+const OpTraits* find_op(std::string_view domain, std::string_view op_type);
+
+// The node's traits; an op without an entry gets the empty traits (every flag false).
+const OpTraits& op_traits(const Node& n);
+
+inline bool is_random(const Node& n) { return op_traits(n).random; }
+inline bool is_opaque(const Node& n) { return op_traits(n).opaque; }
+inline bool is_recomputable(const Node& n) { return op_traits(n).recomputable; }
+
+// Every entry, as "domain::op" ("::Add", "com.torch_ort::BiasGelu"), sorted (for tests).
+std::vector<std::string> op_traits_ops();
+
+}  // namespace torch_ort
