@@ -55,6 +55,14 @@ void reduce_grad(GradCtx& g, const char* grad_op) {
 }
 void reduce_sum_grad(GradCtx& g) { reduce_grad(g, "ReduceSumGrad"); }
 
+// dX = the running sum of dY in the other direction: X_j enters every Y_i with i >= j (i > j when
+// exclusive), so dX_j sums dY over those i: CumSum(dY) with `reverse` flipped, `exclusive` kept.
+void cumsum_grad(GradCtx& g) {
+  Attributes a = g.attrs();
+  a.set("reverse", int64_t{a.get_int("reverse", 0) == 0});
+  g.set_grad(0, g.op("CumSum", {g.grad_out(0), g.in(1)}, std::move(a), DType::kUndefined, g.info(g.in(0)).shape));
+}
+
 // Pad in constant mode: dX = dY's unpadded region = Pad(dY, −pads) (negative pads crop; a crop's
 // gradient pads with zeros). The other modes fold the border back onto X: no rule, so the ATen
 // fallback runs such a Pad.
@@ -85,6 +93,7 @@ REGISTER_GRADIENT("Unsqueeze", reshape_like_input_grad, {1});
 REGISTER_GRADIENT("Transpose", transpose_grad, {});
 REGISTER_GRADIENT("Expand", expand_grad, {1});
 REGISTER_GRADIENT("ReduceSum", reduce_sum_grad, {1});
+REGISTER_GRADIENT("CumSum", cumsum_grad, {1});  // axis
 REGISTER_GRADIENT("ReduceMean", reduce_mean_grad, {1});
 REGISTER_GRADIENT("Pad", pad_grad, {1, 2, 3});  // pads, constant_value, axes
 

@@ -9,6 +9,7 @@ std::vector<OpEntry> reduce_ops() {
   return {
       {"", "ArgMax", {.output_dtypes = kInt64Out}},
       {"", "ArgMin", {.output_dtypes = kInt64Out}},
+      {"", "CumSum", {.host_inputs = {1}}},  // axis
       // host input 1: axes (opset 18+; ReduceSum 13+)
       {"", "ReduceMax", {.host_computable = true, .host_inputs = {1}}},
       {"", "ReduceMean", {.host_computable = true, .host_inputs = {1}, .view = kReduceNoop}},

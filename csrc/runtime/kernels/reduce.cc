@@ -1,10 +1,13 @@
-// Reductions and normalizations along axes: ReduceSum, ReduceMean, Softmax, LogSoftmax.
+// Reductions, scans and normalizations along axes: ReduceSum, ReduceMean, CumSum, Softmax,
+// LogSoftmax.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <numeric>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_log_softmax.h>
 #include <ATen/ops/_softmax.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/cumsum.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/sum.h>
@@ -68,9 +71,28 @@ void softmax_kernel(KernelCtx& c) {
   c.set_output(0, fn(x.reshape({rows, -1}), 1).reshape(sizes));
 }
 
+// CumSum(X, axis): running sums along axis. `reverse` sums from the end; `exclusive` leaves each
+// element out of its own sum, by shifting the inclusive sums one place (exact, unlike
+// subtracting the element again) and putting 0 first.
+void cumsum_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  const std::vector<int64_t> axis = c.input_ints(1);
+  if (axis.size() != 1) c.fail("axis must hold one value, got " + std::to_string(axis.size()));
+  const int64_t rank = x.dim(), dim = norm_axis(c, axis[0], rank);
+  const bool reverse = c.attrs.get_int("reverse", 0) != 0;
+  at::Tensor y = at::cumsum(reverse ? x.flip(dim) : x, dim, x.scalar_type());  // ONNX keeps int32
+  if (c.attrs.get_int("exclusive", 0) != 0 && y.numel() > 0) {
+    std::vector<int64_t> pad(2 * static_cast<size_t>(rank - dim), 0);  // last dim first
+    pad[2 * static_cast<size_t>(rank - 1 - dim)] = 1;
+    y = at::constant_pad_nd(y.narrow(dim, 0, y.size(dim) - 1), pad, 0);
+  }
+  c.set_output(0, reverse ? y.flip(dim) : y);
+}
+
 }  // namespace
 
 REGISTER_KERNEL("ReduceSum", reduce_sum_kernel);
+REGISTER_KERNEL("CumSum", cumsum_kernel);
 REGISTER_KERNEL("ReduceMean", reduce_mean_kernel);
 REGISTER_KERNEL("Softmax", softmax_kernel<false>);
 REGISTER_KERNEL("LogSoftmax", softmax_kernel<true>);

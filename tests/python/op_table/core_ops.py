@@ -5,6 +5,17 @@ from onnx import TensorProto, numpy_helper
 
 from op_table import OURS, Case, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
 
+
+def cumsum(axis, exclusive=False, reverse=False):
+    """ONNX CumSum written with torch ops: flip for reverse, shift one place for exclusive."""
+    def ref(x, _axis):
+        y = (x.flip(axis) if reverse else x).cumsum(axis, dtype=x.dtype)
+        if exclusive:
+            y = torch.cat([torch.zeros_like(y.narrow(axis, 0, 1)), y.narrow(axis, 0, y.size(axis) - 1)], axis)
+        return y.flip(axis) if reverse else y
+    return ref
+
+
 CASES = [
     Case("Add", [f(2, 3), f(3)], torch.add, id="Add-bcast"),
     Case("Add", [i64(1, 2, 3), i64(5)], torch.add, id="Add-int64"),
@@ -45,6 +56,12 @@ CASES = [
     Case("ReduceSum", [torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), i64(1)],
          lambda x, a: x.sum(1, keepdim=True, dtype=torch.int32), id="ReduceSum-int32"),
     Case("ReduceMean", [f(2, 3, 4), i64(-1)], lambda x, a: x.mean(-1), attrs=dict(keepdims=0)),
+    Case("CumSum", [f(2, 3, 4), i64(1)], cumsum(1)),
+    Case("CumSum", [f(2, 3, 4), i64(-1)], cumsum(-1, exclusive=True), attrs=dict(exclusive=1), id="CumSum-exclusive"),
+    Case("CumSum", [f(2, 3, 4), i64(0)], cumsum(0, reverse=True), attrs=dict(reverse=1), id="CumSum-reverse"),
+    Case("CumSum", [f(5, 3), i64(0)], cumsum(0, exclusive=True, reverse=True), attrs=dict(exclusive=1, reverse=1),
+         consts=(1,), id="CumSum-exclusive-reverse-const-axis"),
+    Case("CumSum", [torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.int32), i64(1)], cumsum(1), id="CumSum-int32"),
     Case("ReduceMean", [f(2, 3, 4)], lambda x: x.mean((0, 2), keepdim=True), attrs=dict(axes=[0, 2]),
          opset=13, id="ReduceMean-opset13-attr"),
     Case("Reshape", [f(2, 3, 4), i64(0, -1)], lambda x, s: x.reshape(2, 12)),
