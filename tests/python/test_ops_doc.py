@@ -1,0 +1,79 @@
+"""docs/ops.md is scripts/gen_ops_doc.py's output, and that script's scan of the sources finds exactly
+the ops torch_ort._C's registries hold: a registration spelled in a way the scan cannot read fails
+here instead of going missing from the page. Every file:line on the page names its op."""
+import importlib.util
+import pathlib
+import re
+
+import pytest
+
+import torch_ort._C as C
+
+ROOT = pathlib.Path(__file__).parents[2]
+DOC = ROOT / "docs" / "ops.md"
+
+
+def _load_script():
+    path = ROOT / "scripts" / "gen_ops_doc.py"
+    spec = importlib.util.spec_from_file_location("torch_ort_gen_ops_doc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_script()
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return gen.collect()
+
+
+def test_page_is_current():
+    assert DOC.exists(), "docs/ops.md is missing: run .venv/bin/python scripts/gen_ops_doc.py"
+    assert gen.render() == DOC.read_text(), \
+        "docs/ops.md is stale: run .venv/bin/python scripts/gen_ops_doc.py"
+
+
+def _keys(ops, attr):
+    return {o.key for o in ops.values() if getattr(o, attr)}
+
+
+def test_scanned_kernels_are_the_kernel_registry(ops):
+    assert _keys(ops, "kernel") == set(C.kernel_ops())
+
+
+def test_scanned_shape_rules_are_the_shape_registry(ops):
+    assert _keys(ops, "shape") == set(C.shape_ops())
+
+
+def test_scanned_gradient_entries_are_the_gradient_registry(ops):
+    assert _keys(ops, "gradient") == set(C.gradient_ops())
+    differentiable = {o.key for o in ops.values() if o.gradient and not o.no_gradient}
+    assert differentiable == set(C.differentiable_ops())
+
+
+def test_scanned_cuda_kernels_are_the_ones_the_cuda_module_registers(ops):
+    pytest.importorskip("torch_ort._C_cuda")  # built only where nvcc is; importing it registers them
+    assert {o.name for o in ops.values() if o.cuda} == set(C.cuda_kernels())
+
+
+def test_scan_finds_something_in_every_column(ops):
+    # Guards the comparisons above against a scan and a registry that are both empty.
+    for attr in ("kernel", "cuda", "shape", "gradient", "no_gradient", "traits_at", "cases"):
+        assert any(getattr(o, attr) for o in ops.values()), f"no op has {attr}"
+
+
+def test_every_location_on_the_page_names_its_op():
+    rows = [line for line in DOC.read_text().splitlines() if line.startswith("| `")]
+    assert rows
+    bad = []
+    for row in rows:
+        label = row.split("|")[1].strip().strip("`")
+        name = label.rsplit("::", 1)[-1]
+        for path, line in re.findall(r"(csrc/[\w/.\-]+\.\w+):(\d+)", row):
+            text = (ROOT / path).read_text().splitlines()[int(line) - 1]
+            # Case-insensitive: some lines name the op through a constant (kAtenOp for ATenOp).
+            if name.lower() not in text.lower():
+                bad.append(f"{label}: {path}:{line} reads {text.strip()!r}")
+    assert not bad, "\n".join(bad)
