@@ -1,7 +1,7 @@
 """The ATen fallback: ops the exporter cannot lower, or that our engine has no kernel or gradient
 rule for, train through com.torch_ort::ATenOp nodes inside our graph (FALLBACK_DISABLE: nothing
-runs in eager), with eager parity, a re-export per round of newly found ops, and an INFO line
-naming each op."""
+runs in eager), with eager parity, at most one re-export per round of ops the export itself could
+not route, and an INFO line naming each op."""
 import logging
 
 import pytest
@@ -107,17 +107,21 @@ class NoGradientRule(torch.nn.Module):
         return torch.abs(self.fc(x)).mean()
 
 
-@pytest.mark.parametrize("model_cls, ops, why", [
-    (Untranslatable, ["aten::digamma.default", "aten::polygamma.default"], "no ONNX translation"),
-    (NoKernel, ["aten::cumsum.default"], "no kernel for ONNX CumSum"),
-    (NoGradientRule, ["aten::abs.default"], "no gradient rule for ONNX Abs"),
+# exports: cumsum is routed while the one export translates it (its translation emits CumSum);
+# digamma and polygamma reach translation as prims ops (the exporter decomposes what it has no
+# translation for before translating), so the failed export finds them and one more routes them;
+# a missing gradient rule is known only once the engine is built, which then re-exports once.
+@pytest.mark.parametrize("model_cls, ops, why, exports", [
+    (Untranslatable, ["aten::digamma.default", "aten::polygamma.default"], "no ONNX translation", 2),
+    (NoKernel, ["aten::cumsum.default"], "no kernel for ONNX CumSum", 1),
+    (NoGradientRule, ["aten::abs.default"], "no gradient rule for ONNX Abs", 2),
 ])
-def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, ops, why):
+def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, ops, why, exports):
     # The premises, so that a kernel or rule added later turns this into a clear message.
     assert "::CumSum" not in KERNELS, "CumSum has a kernel now: pick another op for NoKernel"
     assert "::Abs" in KERNELS and "::Abs" not in GRADIENTS, "pick another op for NoGradientRule"
     ours, _ = train_with_parity(model_cls, rows)
-    assert ours.export_count == 2, "one export finds the ops, one more routes them; then no more"
+    assert ours.export_count == exports, "then no more exports, however many steps"
     lines = fallback_lines(info_log())
     for op in ops:
         assert any(op in line and why in line for line in lines), (op, lines)
