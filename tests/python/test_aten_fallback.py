@@ -10,6 +10,10 @@ import torch.nn.functional as F
 
 from conftest import twin
 from torch_ort import DebugOptions, LogLevel, ORTModule, _C
+from torch_ort.ortmodule.aten_fallback import ops_from_engine_error
+from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
+from torch_ort.ortmodule.translations.aten_fallback import qualified_name
 
 KERNELS = set(_C.kernel_ops())
 GRADIENTS = set(_C.gradient_ops())
@@ -126,6 +130,53 @@ def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, op
     for op in ops:
         assert any(op in line and why in line for line in lines), (op, lines)
     assert len(lines) == len(ops), lines
+
+
+class ReflectPad(torch.nn.Module):
+    """F.pad(mode='reflect') lowers to ONNX Pad, whose gradient rule takes constant mode only."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        return F.pad(self.fc(x).unsqueeze(1), (1, 1), mode="reflect").pow(2).mean()
+
+
+# (op_type, missing) per node the engine refuses. In training the gradient is built before
+# kernels are looked up, so CumSum is first refused for its missing gradient rule.
+@pytest.mark.parametrize("model_cls, training, refused", [
+    (NoKernel, False, [("CumSum", "kernel")]),
+    (NoKernel, True, [("CumSum", "gradient rule")]),
+    (NoGradientRule, True, [("Abs", "gradient rule")]),
+    (ReflectPad, True, [("Pad", "working gradient rule")]),
+])
+def test_engine_reports_unsupported_nodes_as_data(model_cls, training, refused):
+    """The engine's refusal names its nodes as data (.unsupported: node, domain, op_type,
+    missing), which the ATen fallback maps to ATen overloads without reading the message."""
+    result = export_module(model_cls(), (torch.randn(3, 6),), {}, None)
+    with pytest.raises((_C.UnsupportedOpError, _C.GradientError)) as info:
+        _C.Engine(result.onnx_bytes, training, [False] + [True] * len(result.param_names))
+    assert isinstance(info.value, _C.UnsupportedOpError if refused[0][1] == "kernel" else _C.GradientError)
+    rows = info.value.unsupported
+    assert [(op_type, missing) for _, _, op_type, missing in rows] == refused
+    graph_nodes = {n.name: n for n in result.raw_model[0].graph}
+    for node, domain, op_type, _ in rows:
+        assert node in graph_nodes and graph_nodes[node].op_type == op_type and domain == ""
+    found = {qualified_name(op): why for op, why in ops_from_engine_error(result, info.value).items()}
+    assert list(found.values()) == [f"our engine has no {missing} for ONNX {op}" for op, missing in refused]
+
+
+def test_unsupported_nodes_reach_the_user_with_the_fallback_off(strict, monkeypatch):
+    """ORTMODULE_ATEN_FALLBACK=0: the build error stays the cause of the ORTModule error, data
+    included; other engine errors carry no nodes."""
+    monkeypatch.setenv("ORTMODULE_ATEN_FALLBACK", "0")
+    with pytest.raises(ORTModuleONNXModelException, match="No gradient rule for op 'Abs'") as info:
+        ORTModule(NoGradientRule())(torch.randn(3, 6))
+    cause = info.value.__cause__
+    assert isinstance(cause, _C.GradientError)
+    assert [(op, missing) for _, _, op, missing in cause.unsupported] == [("Abs", "gradient rule")]
+    assert _C.GradientError("raised by hand").unsupported == []
 
 
 class MultiOutput(torch.nn.Module):

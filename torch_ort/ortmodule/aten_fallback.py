@@ -9,8 +9,9 @@ recorded include an op our engine has no kernel for (_C.kernel_ops()); the recor
 then taken back out. Such ops cost no second export. The rest need one more export with the op
 routed: an op the exporter decomposes before translating (digamma reaches translation as
 prims.digamma), found from the failed export, and ops without a gradient rule, which only the
-engine build knows are on a gradient path: its error names the nodes, whose exporter metadata
-names the ATen overload each node came from. The set is remembered per ORTModule, so later exports start with it.
+engine build knows are on a gradient path: it raises UnsupportedOpError / GradientError carrying
+the nodes as data (`.unsupported`), whose exporter metadata names the ATen overload each node came
+from. The set is remembered per ORTModule, so later exports start with it.
 ORTMODULE_ATEN_FALLBACK=0 switches it off (such ops then fail, or fall back to eager PyTorch).
 """
 from __future__ import annotations
@@ -236,14 +237,18 @@ def ops_without_kernels(result: ExportResult, kernel_ops: set) -> dict:
     return found
 
 
-def ops_from_engine_error(result: ExportResult, error: BaseException, what: str) -> dict:
-    """{overload: why} for the nodes an engine build error names ('... (node NAME) ...')."""
-    names = set(re.findall(r"\(node ([^)\s]+)\)", str(error)))
+def ops_from_engine_error(result: ExportResult, error: BaseException) -> dict:
+    """{overload: why} for the nodes an engine build error is about: _C.UnsupportedOpError and
+    _C.GradientError carry them as data (`.unsupported`: (node, domain, op_type, missing) rows,
+    missing 'kernel', 'gradient rule' or 'working gradient rule')."""
+    missing = {}
+    for node, _domain, _op_type, what in getattr(error, "unsupported", ()):
+        missing.setdefault(node, what)
     found = {}
     for node in result.raw_model[0].graph:
-        op = aten_op_of(node) if node.name in names else None
+        op = aten_op_of(node) if node.name in missing else None
         if op is not None:
-            found.setdefault(op, f"our engine has no {what} for ONNX {node.op_type}")
+            found.setdefault(op, f"our engine has no {missing[node.name]} for ONNX {node.op_type}")
     return found
 
 
