@@ -132,6 +132,26 @@ def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, op
     assert len(lines) == len(ops), lines
 
 
+class CumsumTwice(torch.nn.Module):
+    """Two cumsum nodes: the first one's translation finds CumSum without a kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.cumsum(h, dim=1).pow(2).mean() + torch.cumsum(h * 2, dim=0).mean()
+
+
+def test_every_node_of_a_routed_op_is_routed_in_the_same_export(strict, info_log):
+    """Once the first node routes cumsum, later nodes of the op take ATenOp too (the export's
+    translation table was fixed before): one export, one INFO line, eager parity."""
+    ours, _ = train_with_parity(CumsumTwice, rows, steps=2)
+    assert ours.export_count == 1
+    assert len(fallback_lines(info_log())) == 1
+
+
 class ReflectPad(torch.nn.Module):
     """F.pad(mode='reflect') lowers to ONNX Pad, whose gradient rule takes constant mode only."""
 

@@ -21,8 +21,20 @@ import re
 
 import torch
 
-from torch_ort._compat import MissingTorchFeature, OpOverload, is_op_overload, onnx_dispatch_wrapped, onnx_tracer
-from torch_ort.ortmodule.exporter import EXPORT_LOCK, TRANSLATING, ExportResult, exception_chain, export_module
+from torch_ort._compat import (
+    MissingTorchFeature,
+    OpOverload,
+    is_op_overload,
+    onnx_dispatch_wrapped,
+    onnx_tracer,
+)
+from torch_ort.ortmodule.exporter import (
+    EXPORT_LOCK,
+    TRANSLATING,
+    ExportResult,
+    exception_chain,
+    export_module,
+)
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.translations.aten_fallback import (
@@ -126,7 +138,10 @@ def _checked_translation(op: OpOverload, translation, aten: AtenFallback, kernel
     ATenOp instead (unless the ATen fallback cannot carry `op`: then the stock result stands, or
     its error propagates)."""
     def translate(*args, **kwargs):
-        tracer = onnx_tracer()
+        try:
+            tracer = onnx_tracer()
+        except MissingTorchFeature:
+            tracer = None
         if not isinstance(getattr(tracer, "nodes", None), list):  # not the tracer we know: as is
             return translation(*args, **kwargs)  # (the post-export scan still routes it)
         start, functions = len(tracer.nodes), dict(getattr(tracer, "functions", None) or {})
@@ -159,7 +174,9 @@ def translate_routing(aten: AtenFallback, kernel_ops: set):
         def routed(node, registry):
             translation, message = dispatch(node, registry)
             op = resolve_aten(node.target) if is_op_overload(node.target) else None
-            if op is None or op in aten.reasons or op in aten.rejected:
+            if op in aten.reasons:  # routed by an earlier node of this export (or in the table)
+                return aten.translation(op), "ATen fallback"
+            if op is None or op in aten.rejected:
                 return translation, message
             if translation is None:  # the registry has none (for these input types)
                 if aten.add({op: NO_TRANSLATION}):
