@@ -196,6 +196,7 @@ def aten_op(name: str):
 # nodes into (torch.onnx._internal.exporter._core: torch 2.11, 2.15). Imported on first use.
 _ONNX_CORE = "torch.onnx._internal.exporter._core"
 ONNX_TRANSLATION = f"{_ONNX_CORE}._exported_program_to_onnx_program"
+_ONNX_DISPATCHING = "torch.onnx._internal.exporter._dispatching"  # _core calls its dispatch()
 
 
 @contextlib.contextmanager
@@ -212,6 +213,24 @@ def onnx_translation_wrapped(wrap):
         yield True
     finally:
         core._exported_program_to_onnx_program = original
+
+
+@contextlib.contextmanager
+def onnx_dispatch_wrapped(wrap):
+    """Within the block the exporter picks each FX node's translation through wrap(original):
+    original(node, registry) -> (translation or None, message), torch's dispatch (the registry's
+    custom entry first, then torchlib's). Yields False (and changes nothing) when this torch has
+    no such step to wrap."""
+    dispatching = _find(_ONNX_DISPATCHING)
+    original = getattr(dispatching, "dispatch", None)
+    if original is None:
+        yield False
+        return
+    dispatching.dispatch = wrap(original)
+    try:
+        yield True
+    finally:
+        dispatching.dispatch = original
 
 
 def onnx_tracer():

@@ -96,19 +96,44 @@ py::dict report_dict(const Graph& g, const MemoryReport& r) {
   return d;
 }
 
+// The Python exception for a NodesError: `type(what)` with `.unsupported`, one
+// (node, domain, op_type, missing) tuple per node the error is about (the ATen fallback reads it).
+void set_nodes_error(PyObject* type, const NodesError& e) {
+  py::list rows;
+  for (const UnsupportedNode& n : e.nodes) rows.append(py::make_tuple(n.node, n.domain, n.op_type, n.missing));
+  py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
+  exc.attr("unsupported") = rows;
+  PyErr_SetObject(type, exc.ptr());
+}
+
 void register_errors(py::module_& m) {
   // All are RuntimeError subclasses, so `except RuntimeError` callers keep working.
   py::register_exception<OnnxImportError>(m, "OnnxImportError", PyExc_RuntimeError);
   py::register_exception<VerifyError>(m, "VerifyError", PyExc_RuntimeError);
-  py::register_exception<GradientError>(m, "GradientError", PyExc_RuntimeError);
-  py::register_exception<UnsupportedOpError>(m, "UnsupportedOpError", PyExc_RuntimeError);
+  static PyObject* gradient_error =
+      py::register_exception<GradientError>(m, "GradientError", PyExc_RuntimeError).ptr();
+  static PyObject* unsupported_op_error =
+      py::register_exception<UnsupportedOpError>(m, "UnsupportedOpError", PyExc_RuntimeError).ptr();
+  for (PyObject* type : {gradient_error, unsupported_op_error}) {
+    py::handle cls(type);
+    cls.attr("unsupported") = py::list();  // (an instance raised from Python without any)
+    cls.attr("__doc__") = "An op the engine cannot take. .unsupported: list of (node, domain, op_type, "
+                          "missing) naming the nodes it is about, missing one of 'kernel', 'gradient "
+                          "rule' (none registered), 'working gradient rule' (the rule refused the node); "
+                          "domain '' is the ONNX domain. Empty when the error is not about particular ops.";
+  }
   py::register_exception<KernelError>(m, "KernelError", PyExc_RuntimeError);
   py::register_exception<RunContextError>(m, "RunContextError", PyExc_RuntimeError);
-  // Wrong inputs are the caller's type error (count, dtype, rank), as in torch itself.
+  // Registered after register_exception's own translators, so tried before them.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const GradientError& e) {
+      set_nodes_error(gradient_error, e);
+    } catch (const UnsupportedOpError& e) {
+      set_nodes_error(unsupported_op_error, e);
     } catch (const InputMismatchError& e) {
+      // Wrong inputs are the caller's type error (count, dtype, rank), as in torch itself.
       PyErr_SetString(PyExc_TypeError, e.what());
     }
   });

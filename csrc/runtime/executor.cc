@@ -37,6 +37,7 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
       if (v != kNoValue) node_read[v] = 1;
   std::vector<CompiledStep> out;
   std::vector<std::string> missing;  // every unsupported op at once, not one per rebuild
+  std::vector<UnsupportedNode> nodes;  // every node of those ops, as data for the ATen fallback
   std::set<std::string> seen;
   for (const Step& s : steps) {
     const Node& n = g.nodes.at(static_cast<size_t>(s.node));
@@ -44,6 +45,7 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
     if (!fn) {
       const std::string op = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
       if (seen.insert(op).second) missing.push_back("'" + op + "' (node " + n.name + ")");
+      nodes.push_back({n.name, n.domain, n.op_type, "kernel"});
       continue;
     }
     auto it = g.opset_imports.find(n.domain == "ai.onnx" ? "" : n.domain);
@@ -73,7 +75,7 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
       msg += ")";
     }
     throw UnsupportedOpError(msg + " — no kernel; set ORTMODULE_FALLBACK_POLICY to run the module "
-                                   "in PyTorch instead, or open an issue");
+                                   "in PyTorch instead, or open an issue", std::move(nodes));
   }
   return out;
 }

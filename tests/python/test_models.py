@@ -100,6 +100,26 @@ def test_batch_and_sequence_change_without_reexport(strict, name):
     assert counts(ours) == ours.first_counts and ours.engine_build_count == 1
 
 
+def test_gpt2_first_call_exports_once(strict):
+    """Hugging Face GPT-2 called without an attention mask (input_ids and labels, as
+    examples/huggingface_gpt2.py calls it) computes its positions with cumsum: ONNX CumSum, which
+    runs on our kernel. One export on the first call (it used to take a second to route cumsum
+    through the ATen fallback), none after, nothing routed, at eager parity."""
+    eager, ours, _ = make_twins("gpt2")
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3, weight_decay=0.01)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(3)
+    for step, (b, t) in enumerate(((4, 16), (2, 9), (3, 31))):
+        ids = torch.randint(1, model_zoo.VOCAB, (b, t), generator=gen)
+        _, loss_e, grads_e = train_step(eager, opt_e, (), {"input_ids": ids, "labels": ids})
+        _, loss_o, grads_o = train_step(ours, opt_o, (), {"input_ids": ids, "labels": ids})
+        assert ours.export_count == 1 and ours.engine_build_count == 1, f"after step {step}"
+        assert loss_o == pytest.approx(loss_e, rel=LOSS_RTOL), f"step {step}"
+        assert_grads_close(grads_o, grads_e, f"step {step}")
+    routed = {str(op): why for op, why in ours._aten_fallback.reasons.items()}
+    assert routed == {}
+
+
 # torch 2.11's exporter fails on a model that returns a transformers cache (DynamicCache,
 # EncoderDecoderCache) from a call under no_grad; later torch exports it (scripts/check_torch.sh).
 CACHE_UNDER_NO_GRAD_FAILS = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 12)

@@ -1,19 +1,40 @@
 """The ATen fallback: which ATen ops an ORTModule routes through com.torch_ort::ATenOp, and how
-they are found. An op qualifies when the exporter cannot lower it (a failed export names the FX
-node), or when our engine cannot run what it was lowered to (an exported node with no kernel, or
-an engine build naming nodes with no kernel or gradient rule: the exporter's node metadata names
-the ATen overload each node came from). The module is then exported again with those overloads
-translated to ATenOp; the set is remembered per ORTModule, so later exports start with it.
+they are found. An op qualifies when the exporter cannot lower it, or when our engine cannot run
+what it was lowered to (no kernel, no gradient rule).
+
+Most are decided while the one export translates (translate_routing): the exporter picks each FX
+node's translation through a hook that routes an aten op to ATenOp when the exporter's registry
+has no translation for it, when its translation fails, or when the ONNX nodes its translation
+recorded include an op our engine has no kernel for (_C.kernel_ops()); the recorded nodes are
+then taken back out. Such ops cost no second export. The rest need one more export with the op
+routed: an op the exporter decomposes before translating (digamma reaches translation as
+prims.digamma), found from the failed export, and ops without a gradient rule, which only the
+engine build knows are on a gradient path: it raises UnsupportedOpError / GradientError carrying
+the nodes as data (`.unsupported`), whose exporter metadata names the ATen overload each node came
+from. The set is remembered per ORTModule, so later exports start with it.
 ORTMODULE_ATEN_FALLBACK=0 switches it off (such ops then fail, or fall back to eager PyTorch).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 
 import torch
 
-from torch_ort._compat import MissingTorchFeature, OpOverload, is_op_overload
-from torch_ort.ortmodule.exporter import TRANSLATING, ExportResult, exception_chain, export_module
+from torch_ort._compat import (
+    MissingTorchFeature,
+    OpOverload,
+    is_op_overload,
+    onnx_dispatch_wrapped,
+    onnx_tracer,
+)
+from torch_ort.ortmodule.exporter import (
+    EXPORT_LOCK,
+    TRANSLATING,
+    ExportResult,
+    exception_chain,
+    export_module,
+)
 from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
 from torch_ort.ortmodule.options import LOGGER
 from torch_ort.ortmodule.translations.aten_fallback import (
@@ -57,6 +78,10 @@ class AtenFallback:
     def translations(self) -> dict:
         return dict(self._translations)
 
+    def translation(self, op: OpOverload):
+        """The ATenOp translation of a routed overload."""
+        return self._translations[op]
+
     def add(self, found: dict) -> bool:
         """Adds overloads not seen before; False when there are none (nothing to re-export for)."""
         if not self.enabled:
@@ -77,6 +102,97 @@ class AtenFallback:
         return new
 
 
+NO_TRANSLATION = "the exporter has no ONNX translation for it"
+TRANSLATION_FAILED = "its ONNX translation failed"
+
+
+def kernel_key(node) -> str:
+    """'domain::op_type' of an ONNX node as _C.kernel_ops() spells it ('' is the ONNX domain)."""
+    return f"{'' if node.domain == 'ai.onnx' else node.domain}::{node.op_type}"
+
+
+def _no_kernel(op_types) -> str:
+    return f"our engine has no kernel for ONNX {', '.join(op_types)}"
+
+
+def _take_back(tracer, start: int, functions: dict) -> None:
+    """Removes what a translation recorded into the exporter's tracer after node `start`: its
+    nodes (unhooked from the values they read), the constants it added to the tracer's shared
+    constant table (a later node would reuse one whose Constant node is gone), the functions."""
+    removed = tracer.nodes[start:]
+    del tracer.nodes[start:]
+    produced = {id(v) for node in removed for v in node.outputs}
+    farm = getattr(tracer, "constant_farm", None) or {}
+    for key in [k for k, v in farm.items() if id(v) in produced]:
+        del farm[key]
+    for node in removed:
+        node.resize_inputs(0)
+    if isinstance(getattr(tracer, "functions", None), dict):
+        tracer.functions.clear()
+        tracer.functions.update(functions)
+
+
+def _checked_translation(op: OpOverload, translation, aten: AtenFallback, kernel_ops: set):
+    """`translation` (the exporter's for `op`), run as recorded into the tracer; when it fails, or
+    records a node our engine has no kernel for, that is taken back and `op` is translated to
+    ATenOp instead (unless the ATen fallback cannot carry `op`: then the stock result stands, or
+    its error propagates)."""
+    def translate(*args, **kwargs):
+        try:
+            tracer = onnx_tracer()
+        except MissingTorchFeature:
+            tracer = None
+        if not isinstance(getattr(tracer, "nodes", None), list):  # not the tracer we know: as is
+            return translation(*args, **kwargs)  # (the post-export scan still routes it)
+        start, functions = len(tracer.nodes), dict(getattr(tracer, "functions", None) or {})
+        try:
+            outputs = translation(*args, **kwargs)
+        except Exception:
+            if not aten.add({op: TRANSLATION_FAILED}):
+                raise
+        else:
+            missing = sorted({n.op_type for n in tracer.nodes[start:] if kernel_key(n) not in kernel_ops})
+            if not missing or not aten.add({op: _no_kernel(missing)}):
+                return outputs
+        _take_back(tracer, start, functions)
+        return aten.translation(op)(*args, **kwargs)
+
+    return translate
+
+
+@contextlib.contextmanager
+def translate_routing(aten: AtenFallback, kernel_ops: set):
+    """Within the block (exports serialised by EXPORT_LOCK, held here) the exporter's choice of
+    each aten node's translation goes through the ATen fallback first: an op with no translation
+    in the exporter's registry (asked, not read from its error), or whose translation fails or
+    emits an op without a kernel of ours, is routed to ATenOp in this same export."""
+    if not aten.enabled:
+        yield
+        return
+
+    def wrap(dispatch):
+        def routed(node, registry):
+            translation, message = dispatch(node, registry)
+            op = resolve_aten(node.target) if is_op_overload(node.target) else None
+            if op in aten.reasons:  # routed by an earlier node of this export (or in the table)
+                return aten.translation(op), "ATen fallback"
+            if op is None or op in aten.rejected:
+                return translation, message
+            if translation is None:  # the registry has none (for these input types)
+                if aten.add({op: NO_TRANSLATION}):
+                    return aten.translation(op), "ATen fallback: the registry has no translation"
+                return translation, message
+            return _checked_translation(op, translation, aten, kernel_ops), message
+        return routed
+
+    with EXPORT_LOCK, onnx_dispatch_wrapped(wrap):
+        yield
+
+
+# torch.onnx's DispatchError text: the only place the exporter names an op it has no translation
+# for when its failing frame is not at hand. The registry check in translate_routing decides this
+# up front; this parse is the fallback for errors raised outside it (an export failing where the
+# hook is not installed, or a torch without the dispatch step to wrap).
 _NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 
 
@@ -108,23 +224,23 @@ def ops_from_export_error(error: BaseException) -> dict:
     translating = next((m for m in map(TRANSLATING.match, messages) if m), None)
     if translating is None:
         return {}  # failed before translation (tracing, data-dependent control flow): not ours to fix
-    untranslated = next((m for m in map(_NO_FUNCTION.search, messages) if m), None)
-    no_translation = "the exporter has no ONNX translation for it"
     node, registry = _failed_translation(error, translating.group(1))
-    if node is None:
+    if node is None or registry is None:  # the exporter's frames are gone: only its text is left
+        untranslated = next((m for m in map(_NO_FUNCTION.search, messages) if m), None)
         op = resolve_aten(f"{untranslated.group(1)}.{untranslated.group(2)}") if untranslated else None
-        return {op: no_translation} if op is not None else {}
+        if node is not None and _source_op(node) is not None:
+            return {_source_op(node): NO_TRANSLATION if untranslated else TRANSLATION_FAILED}
+        return {op: NO_TRANSLATION} if op is not None else {}
     found = {}
     op = _source_op(node)
     if op is not None:
-        found[op] = no_translation if untranslated else "its ONNX translation failed"
-    if registry is not None:
-        for other in node.graph.nodes:
-            if (other.op == "call_function" and is_op_overload(other.target)
-                    and not registry.is_registered(other.target)):
-                op = _source_op(other)
-                if op is not None:
-                    found.setdefault(op, no_translation)
+        found[op] = TRANSLATION_FAILED if registry.is_registered(node.target) else NO_TRANSLATION
+    for other in node.graph.nodes:
+        if (other.op == "call_function" and is_op_overload(other.target)
+                and not registry.is_registered(other.target)):
+            op = _source_op(other)
+            if op is not None:
+                found.setdefault(op, NO_TRANSLATION)
     return found
 
 
@@ -132,36 +248,42 @@ def ops_without_kernels(result: ExportResult, kernel_ops: set) -> dict:
     """{overload: why} for exported nodes our engine has no kernel for."""
     found = {}
     for node in result.raw_model[0].graph:
-        key = f"{'' if node.domain == 'ai.onnx' else node.domain}::{node.op_type}"
-        op = aten_op_of(node) if key not in kernel_ops else None
+        op = aten_op_of(node) if kernel_key(node) not in kernel_ops else None
         if op is not None:
-            found.setdefault(op, f"our engine has no kernel for ONNX {node.op_type}")
+            found.setdefault(op, _no_kernel([node.op_type]))
     return found
 
 
-def ops_from_engine_error(result: ExportResult, error: BaseException, what: str) -> dict:
-    """{overload: why} for the nodes an engine build error names ('... (node NAME) ...')."""
-    names = set(re.findall(r"\(node ([^)\s]+)\)", str(error)))
+def ops_from_engine_error(result: ExportResult, error: BaseException) -> dict:
+    """{overload: why} for the nodes an engine build error is about: _C.UnsupportedOpError and
+    _C.GradientError carry them as data (`.unsupported`: (node, domain, op_type, missing) rows,
+    missing 'kernel', 'gradient rule' or 'working gradient rule')."""
+    missing = {}
+    for node, _domain, _op_type, what in getattr(error, "unsupported", ()):
+        missing.setdefault(node, what)
     found = {}
     for node in result.raw_model[0].graph:
-        op = aten_op_of(node) if node.name in names else None
+        op = aten_op_of(node) if node.name in missing else None
         if op is not None:
-            found.setdefault(op, f"our engine has no {what} for ONNX {node.op_type}")
+            found.setdefault(op, f"our engine has no {missing[node.name]} for ONNX {node.op_type}")
     return found
 
 
 def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export,
                          functions=None, deepcopy: bool = False, shape_plan: str = "dynamic") -> ExportResult:
-    """Exports, re-exporting while new ops are found for the ATen fallback (`functions`,
-    `deepcopy` and `shape_plan`: see exporter.export_module)."""
+    """Exports with translate_routing, re-exporting while new ops are found for the ATen fallback
+    that it could not route within the export (`functions`, `deepcopy` and `shape_plan`: see
+    exporter.export_module). ops_without_kernels after the export is a safety net: the routing
+    already took every aten node whose translation emits an op without a kernel."""
     from torch_ort import _C
 
     kernel_ops = set(_C.kernel_ops())
     for _ in range(MAX_EXPORTS):
         on_export()
         try:
-            result = export_module(module, args, kwargs, opset, aten.translations(), functions, deepcopy,
-                                   shape_plan=shape_plan)
+            with translate_routing(aten, kernel_ops):
+                result = export_module(module, args, kwargs, opset, aten.translations(), functions,
+                                       deepcopy, shape_plan=shape_plan)
             shape_plan = result.shape_plan  # an ATen-fallback round starts where this one succeeded
         except ORTModuleTorchModelException as error:
             found = ops_from_export_error(error)

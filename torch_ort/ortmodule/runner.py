@@ -213,9 +213,7 @@ class GraphRunner:
                                st.memory_opt_level if training else 0,
                                recompute if training else [])
         except (_C.GradientError, _C.UnsupportedOpError) as e:
-            what = ("kernel" if isinstance(e, _C.UnsupportedOpError) else
-                    "gradient rule" if "No gradient rule" in str(e) else "working gradient rule")
-            if self._aten.add(ops_from_engine_error(self.export, e, what)):
+            if self._aten.add(ops_from_engine_error(self.export, e)):
                 return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         except (_C.OnnxImportError, _C.VerifyError) as e:

@@ -124,6 +124,7 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
   const auto& reg = GradientRegistry::instance();
   const std::vector<Node> fwd_nodes = g.nodes;  // rules add values to g, never nodes
   std::vector<std::string> missing;             // ops without a rule on a gradient path
+  std::vector<UnsupportedNode> missing_nodes;   // the same, as data (GradientError::nodes)
   for (auto it = fwd_nodes.rbegin(); it != fwd_nodes.rend(); ++it) {
     const Node& n = *it;
     std::vector<ValueId> gys;
@@ -137,6 +138,7 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     const GradientEntry* e = reg.find(n.domain, n.op_type);
     if (!e) {  // keep going: one error naming every such node (the ATen fallback reroutes them all)
       missing.push_back("'" + n.op_type + "' (node " + n.name + ")");
+      missing_nodes.push_back({n.name, n.domain, n.op_type, "gradient rule"});
       continue;
     }
     if (!e->rule) continue;
@@ -148,8 +150,12 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     }
     if (!any_need) continue;
     GradCtx ctx(st, n, gys, needs);
+    const std::vector<UnsupportedNode> this_node{{n.name, n.domain, n.op_type, "working gradient rule"}};
     try {
       e->rule(ctx);
+    } catch (const GradientError& err) {  // the rule refused this node: same text, the node as data
+      if (!err.nodes.empty()) throw;
+      throw GradientError(err.what(), this_node);
     } catch (const std::invalid_argument& err) {
       // A malformed node from a model file: an attribute of the wrong kind, a constant input
       // that is not an integer tensor (attribute.cc's accessors). Name the node.
@@ -162,7 +168,7 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
       auto gi = ctx.grads.find(i);
       if (gi == ctx.grads.end())
         throw GradientError("Gradient rule of " + n.describe() + " produced no gradient for input " +
-                            std::to_string(i) + " ('" + g.value(n.inputs[i]).name + "')");
+                            std::to_string(i) + " ('" + g.value(n.inputs[i]).name + "')", this_node);
       contrib[n.inputs[i]].push_back(gi->second);
     }
   }
@@ -172,7 +178,8 @@ TrainingGraph build_training_graph(const Graph& forward, const std::vector<bool>
     for (size_t i = 1; i < missing.size(); ++i) msg += (i == 1 ? " (and also " : ", ") + missing[i];
     throw GradientError(msg + (missing.size() > 1 ? ")" : "") +
                         " on the path from a trainable input to the loss; add one with "
-                        "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch");
+                        "REGISTER_GRADIENT or set ORTMODULE_FALLBACK_POLICY to fall back to PyTorch",
+                        std::move(missing_nodes));
   }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     ValueId in = g.inputs[i];

@@ -43,7 +43,8 @@ std::optional<ConstInts> const_ints(const Graph& g, const GraphIndex& idx, Value
   throw UnsupportedOpError("Unsupported op '" + n.op_type + "' (node " + n.name + "): " + why +
                            " — sequences lower to Split/Slice only when every reader is SequenceAt at "
                            "a constant position (no kernel or gradient rule takes a sequence); set "
-                           "ORTMODULE_FALLBACK_POLICY to run the module in PyTorch instead, or open an issue");
+                           "ORTMODULE_FALLBACK_POLICY to run the module in PyTorch instead, or open an issue",
+                           {{n.name, n.domain, n.op_type, "kernel"}});
 }
 
 // A SplitToSequence checked lowerable: x split along `axis` into pieces of `split`.
