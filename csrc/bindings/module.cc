@@ -54,7 +54,7 @@ py::dict measured_dict(const MeasuredMemory& m) {
   return d;
 }
 
-// The memory report as plain data; torch_ort.ortmodule.memory builds the user-facing object.
+// The memory report as plain data; torch_ort.ortmodule.memory_report builds the user-facing object.
 py::dict report_dict(const Graph& g, const MemoryReport& r) {
   py::dict predicted;
   const PeakEstimate& p = r.predicted;

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from conftest import twin
 from torch_ort import DebugOptions, LogLevel, ORTModule, _C
-from torch_ort.ortmodule.aten_fallback import ops_from_engine_error
+from torch_ort.ortmodule.aten_routing import ops_from_engine_error
 from torch_ort.ortmodule.exporter import export_module
-from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
-from torch_ort.ortmodule.translations.aten_fallback import qualified_name
+from torch_ort.ortmodule.fallback_policy import ORTModuleONNXModelException
+from torch_ort.ortmodule.translations.aten_op import qualified_name
 
 KERNELS = set(_C.kernel_ops())
 GRADIENTS = set(_C.gradient_ops())
@@ -291,7 +291,7 @@ def test_training_graph_holds_aten_nodes(strict):
 
     ours = ORTModule(NoKernel())
     ours(torch.randn(3, 6)).backward()
-    (runner,) = ours._runners.values()
+    (runner,) = ours._plan_cache.runners()
     (engine,) = runner._engines.values()
     ops = [(n.domain, n.op_type) for n in onnx.load_from_string(engine.training_graph_onnx()).graph.node]
     assert ("com.torch_ort", "ATenOp") in ops and ("com.torch_ort", "ATenOpGrad") in ops
@@ -325,7 +325,7 @@ def test_every_argument_kind_round_trips(strict):
 
     ours, _ = train_with_parity(EveryArgumentKind, rows, prepare=force)
     assert ours.export_count == 1
-    (runner,) = ours._runners.values()
+    (runner,) = ours._plan_cache.runners()
     graph = runner.export.raw_model[0].graph
     routed = {n.attributes["aten_op"].value for n in graph if n.op_type == "ATenOp"}
     assert routed == {"aten::mul.Tensor", "aten::add.Tensor", "aten::roll.default",

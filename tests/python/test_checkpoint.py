@@ -71,7 +71,7 @@ def test_allowed_checkpoint_matches_eager(strict, monkeypatch, reentrant, custom
         for opt in (opt_e, opt_o):
             opt.step()
             opt.zero_grad()
-    runner = next(iter(model._runners.values()))
+    runner = next(iter(model._plan_cache.runners()))
     as_python_op = "torch.utils.checkpoint.CheckpointFunction" in runner.export.python_ops
     assert as_python_op == (custom_autograd == "1")
 
@@ -92,7 +92,7 @@ def test_memory_opt_level_strips_the_checkpoint_and_recomputes(strict, monkeypat
     torch.testing.assert_close(loss_o, loss_e)
     for (name, p_e), p_o in zip(eager.named_parameters(), ours.parameters()):
         torch.testing.assert_close(p_o.grad, p_e.grad, msg=name)
-    assert next(iter(ours._runners.values())).export.python_ops == []  # no CheckpointFunction PythonOp
+    assert next(iter(ours._plan_cache.runners())).export.python_ops == []  # no CheckpointFunction PythonOp
 
 
 def test_memory_opt_level_with_hugging_face_gradient_checkpointing(strict, monkeypatch):

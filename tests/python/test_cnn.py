@@ -125,7 +125,7 @@ def test_conv1d_batchnorm_variants_train_like_eager(strict):
     # ceil_mode pooling makes the trace fix the length (torch.export specialises it): each new
     # length exports again rather than running a graph traced for another; batch sizes do not.
     assert ours.export_count == 6
-    assert next(iter(ours._runners.values())).export.static_dims == [[None, 4, 22]]
+    assert next(iter(ours._plan_cache.runners())).export.static_dims == [[None, 4, 22]]
     assert_state_equal(eager, ours)
     eager.eval(), ours.eval()
     x = torch.randn(3, 4, 20, generator=gen)

@@ -59,7 +59,7 @@ def test_checkpoint_routed_through_the_public_function_without_the_inner_entry(
     torch.testing.assert_close(loss_o, loss_e, rtol=1e-5, atol=1e-6)
     for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
         torch.testing.assert_close(po.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=name)
-    runner = next(iter(model._runners.values()))
+    runner = next(iter(model._plan_cache.runners()))
     assert "torch.utils.checkpoint.CheckpointFunction" in runner.export.python_ops
     said = [r.getMessage() for r in torch_ort_log if "_checkpoint_impl" in r.getMessage()]
     assert len(said) == 1 and torch.__version__ in said[0]  # a user who allowed them is told

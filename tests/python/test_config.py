@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_ort import DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule.config import VARIABLES, RecomputePlan, Settings
+from torch_ort.ortmodule.variables import VARIABLES, RecomputePlan, Settings
 
 ORT_NAMES = {  # ../shared/ORT_REFERENCE.md's table
     "ORTMODULE_ONNX_OPSET_VERSION", "ORTMODULE_FALLBACK_POLICY", "ORTMODULE_FALLBACK_RETRY",
@@ -209,9 +209,9 @@ def test_save_onnx_uses_onnx_runtimes_file_names_per_mode(monkeypatch, tmp_path)
 
 
 def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch, torch_ort_log):
-    from torch_ort.ortmodule import config
-    monkeypatch.setattr(config, "_told", set())
-    assert not {v.name for v in config.ORT_ONLY} & {v.name for v in VARIABLES}
+    from torch_ort.ortmodule import variables
+    monkeypatch.setattr(variables, "_told", set())
+    assert not {v.name for v in variables.ORT_ONLY} & {v.name for v in VARIABLES}
     monkeypatch.setenv("ORTMODULE_PRINT_INPUT_DENSITY", "1")
     monkeypatch.setenv("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
     for _ in range(2):
@@ -225,7 +225,7 @@ def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch, torch_or
 def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
     """ONNX Runtime 1.19's ORTMODULE_* names (its guidelines page, options.py and the other
     os.getenv/_defined_from_envvar calls of its ortmodule package), each in one of the tables."""
-    from torch_ort.ortmodule.config import ORT_ONLY
+    from torch_ort.ortmodule.variables import ORT_ONLY
     ort_1_19 = ORT_NAMES | {
         "ORTMODULE_PRINT_INPUT_DENSITY", "ORTMODULE_ENABLE_SPARSE_OPTIMIZER",
         "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "ORTMODULE_CONV_ALGO_SEARCH",
@@ -237,8 +237,8 @@ def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
 
 
 def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch, torch_ort_log):
-    from torch_ort.ortmodule import config
-    monkeypatch.setattr(config, "_told", set())
+    from torch_ort.ortmodule import variables
+    monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_USE_TRITON", "1")
     for _ in range(2):
         Settings.from_env()
@@ -247,8 +247,8 @@ def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch, torch_
 
 
 def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch, torch_ort_log):
-    from torch_ort.ortmodule import config
-    monkeypatch.setattr(config, "_told", set())
+    from torch_ort.ortmodule import variables
+    monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LVL", "1")
     monkeypatch.setenv("ORTMODULE_ZZZ", "1")
     for _ in range(2):
@@ -265,7 +265,7 @@ def record(level):
 
 
 def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
-    from torch_ort.ortmodule.options import RANK_FILTER
+    from torch_ort.ortmodule.debug_options import RANK_FILTER
     logger = logging.getLogger("torch_ort")
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "INFO")
     ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))

@@ -19,7 +19,7 @@ from torch_ort import ORTModule
 from torch_ort.optim import FP16_Optimizer, FusedAdam, FusedLamb
 from torch_ort.ortmodule import bridge
 from torch_ort.ortmodule import runner as runner_mod
-from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
+from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
 
 TINY = "0.000001"  # ORTMODULE_GRADIENT_RELEASE in MiB: nearly every parameter is its own group
 VOCAB, WIDTH, CLASSES = 20, 8, 3
@@ -376,7 +376,7 @@ def test_an_export_failure_raises_and_the_next_call_exports(strict, monkeypatch)
     with pytest.raises(ORTModuleTorchModelException, match="injected exporter failure"):
         ours(*batch(3))
     assert_same(snapshot(ours, opt_o), before)
-    assert not ours._runners
+    assert not ours._plan_cache
     monkeypatch.setattr(torch.onnx, "export", real)
     assert_trains_like(eager, ours, opt_e, opt_o)
     assert not ours._fallback.active
@@ -441,7 +441,7 @@ def test_a_failed_re_export_for_the_aten_fallback_leaves_no_runner_without_a_gra
     monkeypatch.setattr(runner_mod, "export_with_fallback", export)
     with pytest.raises(ORTModuleTorchModelException, match="injected re-export failure"):
         ours(*batch(3))
-    assert not ours._runners
+    assert not ours._plan_cache
     monkeypatch.setattr(runner_mod.GraphRunner, "_build", real_build)
     assert_trains_like(eager, ours, opt_e, opt_o)
 
@@ -659,7 +659,7 @@ def test_a_copy_is_an_independent_module_that_trains_like_eager(strict, how, tra
     assert twin._settings == ours._settings and twin._debug == ours._debug
     for p, q in zip(ours.parameters(), twin.parameters()):
         assert p is not q and p.data_ptr() != q.data_ptr() and torch.equal(p, q)
-    assert twin.export_count == 0 and not twin._runners
+    assert twin.export_count == 0 and not twin._plan_cache
     with torch.no_grad():  # identical outputs (BatchNorm's statistics move in all three)
         assert torch.equal(twin(*batch(9)), ours(*batch(9)))
         eager(*batch(9))
@@ -674,7 +674,7 @@ def test_a_copy_is_an_independent_module_that_trains_like_eager(strict, how, tra
     assert_trains_like(eager, ours, opt_e, opt_o, seeds=(3, 4))
     assert_trains_like(eager_twin, twin, opt_et, opt_t, seeds=(7, 8, 9))
     assert not torch.equal(ours.head.weight, twin.head.weight)
-    assert {id(r) for r in twin._runners.values()}.isdisjoint(id(r) for r in ours._runners.values())
+    assert {id(r) for r in twin._plan_cache.runners()}.isdisjoint(id(r) for r in ours._plan_cache.runners())
 
 
 def test_a_copy_keeps_a_python_op_working(strict, monkeypatch):

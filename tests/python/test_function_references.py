@@ -100,7 +100,7 @@ def test_the_functions_own_backward_runs_however_apply_is_reached(how, fn_cls):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
     engine = ours._last_engine
     assert engine.stats()["num_forward_nodes"] > 0
-    assert ours._runners and all(r.export.python_ops for r in ours._runners.values())
+    assert ours._plan_cache and all(r.export.python_ops for r in ours._plan_cache.runners())
 
 
 def test_the_wrapped_forwards_are_restored_after_the_export():

@@ -21,7 +21,7 @@ MODELS = {"nanogpt": True, "gpt2": False, "bert_cls": False}
 
 
 def engine_of(ours):
-    runner = next(iter(ours._runners.values()))
+    runner = next(iter(ours._plan_cache.runners()))
     return next(iter(runner._engines.values()))
 
 

@@ -23,7 +23,7 @@ def forward_graph(name, monkeypatch, disabled=()):
     ours = ORTModule(factory())
     args, kwargs = make_batch(4, 16, torch.Generator().manual_seed(0))
     model_zoo.loss_of(ours(*args, **kwargs)).backward()
-    runner = list(ours._runners.values())[0]
+    runner = list(ours._plan_cache.runners())[0]
     engine = list(runner._engines.values())[0]
     return onnx.load_from_string(engine.forward_graph_onnx()).graph
 

@@ -22,7 +22,7 @@ MODELS = ["nanogpt", "bert_cls"]
 
 
 def runner_of(ours):
-    return next(iter(ours._runners.values()))
+    return next(iter(ours._plan_cache.runners()))
 
 
 def forward_graph(runner, disabled=()):

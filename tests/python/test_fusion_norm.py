@@ -37,7 +37,7 @@ def disable(monkeypatch):
 
 
 def op_counts(ours, which="forward"):
-    engine = next(iter(next(iter(ours._runners.values()))._engines.values()))
+    engine = next(iter(next(iter(ours._plan_cache.runners()))._engines.values()))
     data = engine.forward_graph_onnx() if which == "forward" else engine.training_graph_onnx()
     return collections.Counter(n.op_type for n in onnx.load_from_string(data).graph.node)
 

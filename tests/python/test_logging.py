@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from torch_ort import DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule import options
-from torch_ort.ortmodule.options import LOGGER, RANK_FILTER
+from torch_ort.ortmodule import debug_options
+from torch_ort.ortmodule.debug_options import LOGGER, RANK_FILTER
 
-PACKAGE = pathlib.Path(options.__file__).parents[1]
+PACKAGE = pathlib.Path(debug_options.__file__).parents[1]
 
 
 class Small(torch.nn.Module):
@@ -125,7 +125,7 @@ def test_devinfo_is_info_on_every_rank(monkeypatch, text):
 
 def test_debug_options_config_is_accepted_and_said_to_have_no_effect(monkeypatch, torch_ort_log):
     """ONNX Runtime 1.19's DebugOptions takes `config` (fifth, after save_path) and reads it nowhere."""
-    monkeypatch.setattr(options, "_config_told", False)
+    monkeypatch.setattr(debug_options, "_config_told", False)
     assert DebugOptions(config=None).config is None
     assert not torch_ort_log
     positional = DebugOptions(LogLevel.INFO, False, "", "", {"any": "thing"})

@@ -22,7 +22,7 @@ def batch(b: int = 2, t: int = 16, seed: int = 1):
 
 
 def training_engine(model: ORTModule):
-    engines = [e for r in model._runners.values() for (training, _), e in r._engines.items() if training]
+    engines = [e for r in model._plan_cache.runners() for (training, _), e in r._engines.items() if training]
     assert len(engines) == 1, engines
     return engines[0]
 
@@ -74,7 +74,7 @@ def measured_forward_peak(layers: int) -> int:
     x = torch.randn(64, 256)
     with torch.no_grad():
         model(x)  # builds the inference engine
-    engine = next(e for r in model._runners.values() for e in r._engines.values())
+    engine = next(e for r in model._plan_cache.runners() for e in r._engines.values())
     engine.set_memory_tracking(True)
     with torch.no_grad():
         model(x)

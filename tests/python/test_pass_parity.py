@@ -28,7 +28,7 @@ def test_parity_with_one_pass_disabled(strict, monkeypatch, cache_dirs, name, di
     monkeypatch.setenv("ORTMODULE_CACHE_DIR", cache_dirs[name])
     monkeypatch.setenv("ORTMODULE_DISABLED_PASSES", disabled)
     _, ours, _, _ = run_parity(name, dropout=0.1, steps=STEPS)
-    (runner,) = ours._runners.values()
+    (runner,) = ours._plan_cache.runners()
     assert runner._disabled_passes() == [disabled]
     for engine in runner._engines.values():
         changed = {c.removeprefix("training:") for c in engine.stats()["passes_changed"]}
@@ -39,5 +39,5 @@ def test_parity_with_one_pass_disabled(strict, monkeypatch, cache_dirs, name, di
 def test_parity_with_every_pass_on(strict, monkeypatch, cache_dirs, name):
     monkeypatch.setenv("ORTMODULE_CACHE_DIR", cache_dirs[name])
     _, ours, _, _ = run_parity(name, dropout=0.1, steps=STEPS)
-    (runner,) = ours._runners.values()
+    (runner,) = ours._plan_cache.runners()
     assert runner._disabled_passes() == []

@@ -11,7 +11,8 @@ import torch
 
 from torch_ort import DebugOptions, LogLevel, ORTModule
 from torch_ort.ortmodule import python_op
-from torch_ort.ortmodule.config import Settings
+from torch_ort.ortmodule.variables import Settings
+from torch_ort.ortmodule.plan_cache import PlanCache
 
 from test_threads import Scale  # a PythonOp: x * s with its own backward
 
@@ -34,7 +35,7 @@ class Net(torch.nn.Module):
 def engines_of(module) -> dict:
     """schema key -> weak references to that runner's engines."""
     return {key: [weakref.ref(e) for e in runner._engines.values()]
-            for key, runner in module._runners.items()}
+            for key, runner in module._plan_cache.items()}
 
 
 def test_schema_changing_every_step_stays_within_the_bound(monkeypatch, strict, torch_ort_log):
@@ -51,9 +52,9 @@ def test_schema_changing_every_step_stays_within_the_bound(monkeypatch, strict, 
             torch.testing.assert_close(ours(x, k), eager(x, k), rtol=1e-5, atol=1e-6)
             sites[k] = set(python_op._SITES) - before
             assert sites[k], "the export registered its Function call"
-            (key,) = [key for key in ours._runners if ("int", repr(k)) in key[1][1]]
+            (key,) = [key for key in ours._plan_cache.keys() if ("int", repr(k)) in key[1][1]]
             engines[k] = engines_of(ours)[key]
-            assert len(ours._runners) <= BOUND
+            assert len(ours._plan_cache) <= BOUND
     assert ours.export_count == steps
     gc.collect()
     kept = range(steps - BOUND, steps)
@@ -93,7 +94,7 @@ def test_training_engines_are_freed_on_eviction(monkeypatch, strict):
         refs.append([r for rs in engines_of(ours).values() for r in rs])
         for p, q in zip(eager.parameters(), ours.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6)
-        assert len(ours._runners) <= 2
+        assert len(ours._plan_cache) <= 2
     del loss_o
     gc.collect()
     assert all(r() is None for r in refs[0] if r not in refs[-1])  # k=0's training engine
@@ -109,9 +110,53 @@ def test_model_changes_keep_the_stale_entries_bounded(monkeypatch, strict):
         for k in range(3):
             eager.offset = ours.offset = float(k)  # read by forward: cached graphs become stale
             torch.testing.assert_close(ours(x, k), eager(x, k), rtol=1e-5, atol=1e-6)
-            assert len(ours._runners) + len(ours._stale) <= 1  # the bound covers both together
+            assert len(ours._plan_cache) + ours._plan_cache.num_candidates <= 1  # the bound covers both together
 
 
 def test_bound_setting():
     assert Settings.from_env({}).max_cached_graphs == 16
     assert Settings.from_env({"ORTMODULE_MAX_CACHED_GRAPHS": "0"}).max_cached_graphs == 0  # no bound
+
+
+class _Export:
+    def __init__(self, graph: bytes):
+        self.onnx_bytes, self.param_names = graph, ["w"]
+
+
+class _Runner:
+    """What PlanCache reads of a GraphRunner: its export, and adopt_engines."""
+
+    def __init__(self, graph: bytes = b"g"):
+        self.export, self.adopted = _Export(graph), None
+
+    def adopt_engines(self, old):
+        self.adopted = old
+
+
+def _key(i: int):
+    return (True, ("spec", (("int", repr(i)),)), ())
+
+
+def test_plan_cache_keeps_the_most_recently_used_and_counts_candidates_in_the_bound():
+    evicted = []
+    cache = PlanCache(2, evicted.append)
+    a, b, c = _Runner(), _Runner(), _Runner()
+    cache.store(_key(1), a)
+    cache.store(_key(2), b)
+    assert cache.get(_key(1)) is a  # now the most recently used: b goes first
+    cache.store(_key(3), c)
+    assert evicted == [b] and cache.keys() == [_key(1), _key(3)]
+    cache.model_changed(frozenset({"scale"}))  # both become re-export candidates
+    assert len(cache) == 0 and cache.num_candidates == 2 and cache.get(_key(1)) is None
+    same, other = _Runner(), _Runner(b"changed")
+    cache.store(_key(1), same)  # the same graph: takes over the candidate's engines
+    assert same.adopted is a and evicted == [b] and cache.num_candidates == 1
+    cache.store(_key(4), _Runner())  # over the bound (2 runners + 1 candidate): the candidate goes
+    assert evicted == [b, c] and cache.num_candidates == 0
+    cache.discard(_key(4), cache.get(_key(4)))
+    cache.store(_key(3), other)
+    assert other.adopted is None and cache.num_candidates == 0 and len(cache) == 2
+    cache.discard(_key(3), same)  # not the runner cached for that key: kept
+    assert len(cache) == 2
+    cache.discard(_key(3), other)
+    assert cache.keys() == [_key(1)]

@@ -117,7 +117,7 @@ def _train_pair(fn, steps=5, monkeypatch=None):
 def test_function_backward_is_its_own(strict, fn):
     wrapped = _train_pair(fn)
     assert wrapped.export_count == 1
-    runner = next(iter(wrapped._runners.values()))
+    runner = next(iter(wrapped._plan_cache.runners()))
     assert runner.export.python_ops, "the Function must run as a PythonOp, not inlined"
 
 
@@ -169,7 +169,7 @@ def test_disabled_custom_autograd_inlines_the_forward(strict, monkeypatch, var, 
     net = Net("ste")
     model = ORTModule(net)
     model(torch.randn(4, 6)).backward()
-    runner = next(iter(model._runners.values()))
+    runner = next(iter(model._plan_cache.runners()))
     assert runner.export.python_ops == []
     assert torch.count_nonzero(net.fc1.weight.grad) == 0
     assert torch.count_nonzero(net.fc2.weight.grad) > 0

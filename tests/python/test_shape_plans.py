@@ -9,7 +9,7 @@ import torch
 
 from torch_ort import ORTModule
 from torch_ort.ortmodule import exporter
-from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
+from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
 
 
 class SqueezeConv(torch.nn.Module):
@@ -33,7 +33,7 @@ class SqueezeScale(torch.nn.Module):
 
 
 def plan_of(ours):
-    return [r.export.shape_plan for r in ours._runners.values()]
+    return [r.export.shape_plan for r in ours._plan_cache.runners()]
 
 
 def check_step(eager, ours, x):
@@ -105,7 +105,7 @@ def test_plans_progress_and_stop_at_every_dim_static(strict, monkeypatch):
     ours(torch.randn(1, 4)).backward()
     assert tried == [0, 1, 2]  # dynamic, size-1 dims static, every dim static
     assert plan_of(ours) == ["static"]
-    assert next(iter(ours._runners.values())).export.static_dims == [[1, 4]]
+    assert next(iter(ours._plan_cache.runners())).export.static_dims == [[1, 4]]
     tried.clear()
     ours(torch.randn(3, 4))
     assert tried == [2] and ours.export_count == 2  # straight to the plan that worked
@@ -150,4 +150,4 @@ def test_a_dim_the_trace_pinned_to_one_size_is_checked_at_every_call(strict):
     ours = ORTModule(copy.deepcopy(eager))
     for steps in (5, 7, 5):
         check_step(eager, ours, torch.randn(2, steps, 3))
-    assert next(iter(ours._runners.values())).export.static_dims == [[None, 5, 3]]
+    assert next(iter(ours._plan_cache.runners())).export.static_dims == [[None, 5, 3]]

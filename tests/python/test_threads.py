@@ -158,7 +158,7 @@ def test_different_schemas_racing_each_export_once(strict):
         for out in outs:
             torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
     assert ours.export_count == len(calls)
-    assert len(ours._runners) == len(calls)
+    assert len(ours._plan_cache) == len(calls)
 
 
 # --- training in two threads, one module each -----------------------------------------------
@@ -204,7 +204,7 @@ def test_two_modules_training_in_two_threads_do_not_interfere(strict):
             assert torch.equal(p, q)
     for m in modules:
         assert m.export_count == 1
-        assert m._runners and all(r.export.python_ops for r in m._runners.values())
+        assert m._plan_cache and all(r.export.python_ops for r in m._plan_cache.runners())
 
 
 # --- an export in one thread, eager autograd in another ---------------------------------------

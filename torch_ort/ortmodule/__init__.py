@@ -1,5 +1,5 @@
 """ORTModule and its options (names follow ONNX Runtime Training)."""
-from torch_ort.ortmodule.fallback import (
+from torch_ort.ortmodule.fallback_policy import (
     FallbackPolicy,
     FallbackStatus,
     ORTModuleFallbackWarning,
@@ -10,7 +10,7 @@ from torch_ort.ortmodule.fallback import (
     ORTModuleONNXModelException,
     ORTModuleTorchModelException,
 )
-from torch_ort.ortmodule.options import DebugOptions, LogLevel
+from torch_ort.ortmodule.debug_options import DebugOptions, LogLevel
 from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
 

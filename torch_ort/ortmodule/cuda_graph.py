@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.debug_options import LOGGER
 
 WARMUP = 2       # uncaptured calls of a signature before it is captured
 MAX_GRAPHS = 4   # captured signatures per engine (each holds its activations' memory)

@@ -30,7 +30,7 @@ import torch
 
 from torch_ort._compat import pytree
 from torch_ort.ortmodule.exporter import ExportResult
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.debug_options import LOGGER
 
 FORMAT = 1
 
@@ -153,7 +153,7 @@ def _check_graph(onnx_bytes: bytes, expected_inputs: list[str], aten_ops: list[s
     Everything else about the graph is the engine's to check when it imports it."""
     import onnx
 
-    from torch_ort.ortmodule.aten_fallback import resolve_aten
+    from torch_ort.ortmodule.aten_routing import resolve_aten
     from torch_ort.ortmodule.python_op import DOMAIN_OP
 
     unknown = [n for n in aten_ops if resolve_aten(n.replace("::", ".")) is None]

@@ -19,8 +19,8 @@ import torch
 
 from torch_ort._compat import pytree
 from torch_ort.ortmodule import buffers, python_op_export, translations
-from torch_ort.ortmodule.fallback import ORTModuleIOError, ORTModuleTorchModelException
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.fallback_policy import ORTModuleIOError, ORTModuleTorchModelException
+from torch_ort.ortmodule.debug_options import LOGGER
 
 
 @dataclass

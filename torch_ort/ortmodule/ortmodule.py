@@ -6,17 +6,16 @@ import os
 import threading
 import types
 import weakref
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule import bridge, hf, memory_stats, onnx_export, python_op
-from torch_ort.ortmodule.aten_fallback import AtenFallback, resolve_aten
-from torch_ort.ortmodule.config import VARIABLES, Settings, SkipCheck
+from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, python_op
+from torch_ort.ortmodule.aten_routing import AtenFallback, resolve_aten
+from torch_ort.ortmodule.variables import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
-from torch_ort.ortmodule.fallback import (
+from torch_ort.ortmodule.fallback_policy import (
     FallbackManager,
     FallbackStatus,
     ORTModuleDeviceException,
@@ -25,12 +24,13 @@ from torch_ort.ortmodule.fallback import (
     ORTModuleIOError,
     ORTModuleTorchModelException,
 )
-from torch_ort.ortmodule.options import LOGGER, DebugOptions
+from torch_ort.ortmodule.debug_options import LOGGER, DebugOptions
+from torch_ort.ortmodule.plan_cache import PlanCache, describe
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
-from torch_ort.ortmodule.translations.aten_fallback import qualified_name
+from torch_ort.ortmodule.translations.aten_op import qualified_name
 
 if TYPE_CHECKING:
-    from torch_ort.ortmodule.memory import MemoryReport
+    from torch_ort.ortmodule.memory_report import MemoryReport
 
 _ORIGINAL = "_original_module"
 _RLOCK = type(threading.RLock())
@@ -86,13 +86,6 @@ def _keys_without_wrapper(_module, state_dict, prefix, *_):
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
-def _describe(schema: tuple, limit: int = 160) -> str:
-    """An input schema (runner.input_schema) in one short line, for the log."""
-    leaves = ", ".join(f"{x[1]}[rank {x[2]}]".replace("torch.", "") if x[0] == "T" else x[1]
-                       for x in schema[1])
-    return leaves if len(leaves) <= limit else leaves[:limit - 3] + "..."
-
-
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -111,20 +104,18 @@ class ORTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._debug.apply_log_level()
         self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
-        # (training, input schema, autocast state) -> GraphRunner, least recently used first;
-        # at most ORTMODULE_MAX_CACHED_GRAPHS (the plan cache: _store_runner evicts)
-        self._runners: OrderedDict = OrderedDict()
-        self._stale: OrderedDict = OrderedDict()  # key -> (runner, attributes set): compared when it re-exports
         # Serialises _prepare (runner lookup, export, engine build) and the plan cache; engines
         # run outside it, so several threads may run inference through one module at once.
         self._lock = threading.RLock()
         self._changed: set = set()   # attributes set since the last call (re-export pending)
         self._aten_fallback = AtenFallback(self._settings.aten_fallback)  # ops routed through ATenOp
-        self._memory = memory_stats.MemoryMonitor(self._settings)
+        self._memory = memory_monitor.MemoryMonitor(self._settings)
+        # (training, input schema, autocast state) -> GraphRunner, at most ORTMODULE_MAX_CACHED_GRAPHS
+        self._plan_cache = PlanCache(self._settings.max_cached_graphs, self._memory.forget)
         self.export_count = 0      # how many times the module was exported (tests assert it)
         self.engine_build_count = 0  # engines compiled: exports x (inference, each requires-grad set)
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
-        self._last_call = None     # onnx_export.CallSchema of the last call (export_onnx)
+        self._last_call = None     # inference_export.CallSchema of the last call (export_onnx)
         self._last_engine = None   # the engine of the last engine call (stats)
         if type(module).__module__.startswith("transformers."):
             hf.unwrap_in_accelerate(ORTModule)  # Trainer saves through .module (save_pretrained)
@@ -228,8 +219,8 @@ class ORTModule(torch.nn.Module):
     # module copied as PyTorch copies it, the same settings, debug options, fallback state and
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
-    _NOT_COPIED = ("_memory", "_aten_fallback", "forward", "_last_engine", "_method_proxy")
-    _EMPTIED = ("_runners", "_stale", "_changed")  # copied as empty containers of their type
+    _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_method_proxy")
+    _EMPTIED = ("_changed",)  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
     def __getstate__(self):
@@ -256,7 +247,8 @@ class ORTModule(torch.nn.Module):
         super().__setstate__(state)
         for name, reentrant in extra.get("locks", {}).items():
             self.__dict__[name] = threading.RLock() if reentrant else threading.Lock()
-        self.__dict__["_memory"] = memory_stats.MemoryMonitor(self._settings)
+        self.__dict__["_memory"] = memory_monitor.MemoryMonitor(self._settings)
+        self.__dict__["_plan_cache"] = PlanCache(self._settings.max_cached_graphs, self._memory.forget)
         aten = AtenFallback(extra.get("aten_enabled", self._settings.aten_fallback))
         aten.add({op: why for op, why in ((resolve_aten(n.replace("::", ".")), why)
                                           for n, why in extra.get("aten_ops", {}).items()) if op})
@@ -296,7 +288,7 @@ class ORTModule(torch.nn.Module):
         if self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
             return False
         with self._lock:
-            reads = [r.export.attributes_read for r in self._runners.values()]
+            reads = [r.export.attributes_read for r in self._plan_cache.runners()]
         # (A forward that reads self.__dict__[name] directly is not seen; nn.Module itself reads
         # __dict__ on every submodule access, so that read cannot count as reading everything.)
         return bool(reads) and all(r is not None and name not in r for r in reads)
@@ -373,25 +365,8 @@ class ORTModule(torch.nn.Module):
             return
         LOGGER.info("model changed (attribute %s set): re-exporting on the next call",
                     ", ".join(sorted(self._changed)))
-        changed = frozenset(self._changed)
-        self._stale.update({key: (runner, changed) for key, runner in self._runners.items()})
-        self._runners = OrderedDict()
-        self._trim()
+        self._plan_cache.model_changed(frozenset(self._changed))
         self._changed.clear()
-
-    def _adopt_stale(self, key, runner) -> None:
-        """A runner re-exported after a model change keeps the old engines when the graph and the
-        parameter binding are unchanged."""
-        old, names = self._stale.pop(key, (None, ()))
-        if old is None:
-            return
-        if old.export.onnx_bytes == runner.export.onnx_bytes and \
-                old.export.param_names == runner.export.param_names:
-            runner.adopt_engines(old)
-            LOGGER.info("re-export after setting %s: same schema and graph; engines kept",
-                        ", ".join(sorted(names)))
-        else:
-            LOGGER.info("re-export after setting %s: the graph changed", ", ".join(sorted(names)))
 
     def _check_devices(self, tensors, params) -> None:
         devices = {t.device for t in (*tensors, *params)}
@@ -412,27 +387,6 @@ class ORTModule(torch.nn.Module):
     def _count_cache_hit(self, n: int):
         self.cache_hit_count += n  # -1: the engine could not be built from the entry (exported)
 
-    def _store_runner(self, key, runner) -> None:
-        """Caches a new runner, evicting the least recently used beyond the bound."""
-        self._runners[key] = runner
-        self._trim()
-
-    def _trim(self) -> None:
-        """Drops the least recently used entries while the runners and the re-export candidates
-        together exceed ORTMODULE_MAX_CACHED_GRAPHS (0: no bound), candidates first (losing one
-        costs an engine build, not an export). Nothing else holds an evicted runner, so its export,
-        engines and PythonOp registry entries are freed (outputs still awaiting backward keep
-        their engine until then)."""
-        limit = self._settings.max_cached_graphs
-        while limit and len(self._runners) + len(self._stale) > limit:
-            cache, what = (self._stale, "re-export candidate") if self._stale else (self._runners, "graph")
-            (training, schema, _), entry = cache.popitem(last=False)
-            runner = entry[0] if isinstance(entry, tuple) else entry
-            self._memory.forget(runner)
-            LOGGER.info("plan cache: more than ORTMODULE_MAX_CACHED_GRAPHS=%d input schemas; dropped "
-                        "the least recently used %s (%s mode, inputs %s); seen again, it re-exports",
-                        limit, what, "training" if training else "eval", _describe(schema))
-
     def _prepare(self, args, kwargs):
         """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
         runs nothing. One thread at a time per module (self._lock): a schema exports once even
@@ -447,7 +401,7 @@ class ORTModule(torch.nn.Module):
         kwargs = hf.adapt_call(self.module, args, kwargs, torch.is_grad_enabled())
         kwargs = dict(sorted(kwargs.items()))  # keyword order is not part of the schema
         flat, spec = pytree.tree_flatten((args, kwargs))
-        self._last_call = onnx_export.CallSchema(spec, flat)  # shapes only: for export_onnx(path)
+        self._last_call = inference_export.CallSchema(spec, flat)  # shapes only: for export_onnx(path)
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         for i, t in enumerate(tensors):
             if t.is_complex() or t.is_quantized or t.is_sparse:
@@ -461,21 +415,18 @@ class ORTModule(torch.nn.Module):
                 "to the graph")
         schema = input_schema(spec, flat)
         key = (self.module.training, schema, autocast_state(self._device_types(tensors)))
-        runner = self._runners.get(key)
-        if runner is not None:
-            self._runners.move_to_end(key)  # most recently used
+        runner = self._plan_cache.get(key)
         params = runner.params if runner is not None else None  # read once per call
         if runner is None or not runner.accepts(tensors, params):
             self._check_devices(tensors, self.module.parameters())
             plan = runner.export.shape_plan if runner is not None else "dynamic"
             if plan != "dynamic":
                 LOGGER.info("inputs %s: the graph was exported with input dims %s, for other sizes "
-                            "or parameter types; exporting again", _describe(schema), plan)
+                            "or parameter types; exporting again", describe(schema), plan)
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
                                  schema=key, on_cache_hit=self._count_cache_hit, shape_plan=plan)
-            self._adopt_stale(key, runner)
-            self._store_runner(key, runner)
+            self._plan_cache.store(key, runner)
             params = runner.params
         elif not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DEVICE or \
                 self._settings.skipcheck & SkipCheck.SKIP_CHECK_DISABLED:
@@ -490,8 +441,8 @@ class ORTModule(torch.nn.Module):
             # A failed engine build leaves the runner as it was (the next call builds again), but
             # a failed ATen-fallback re-export leaves it without a graph: drop it (the next call
             # exports again, or raises the same error).
-            if getattr(runner, "export", None) is None and self._runners.get(key) is runner:
-                del self._runners[key]
+            if getattr(runner, "export", None) is None:
+                self._plan_cache.discard(key, runner)
             raise
         if runner.engines_built != built:
             self.engine_build_count += runner.engines_built - built
@@ -553,14 +504,14 @@ class ORTModule(torch.nn.Module):
                 raise ValueError("export_onnx(path): the module has not been called yet; pass example "
                                  "inputs: export_onnx(path, *args, **kwargs)")
             args, kwargs = last.example()
-        return onnx_export.export_inference(self.module, args, kwargs, os.fspath(path),
+        return inference_export.export_inference(self.module, args, kwargs, os.fspath(path),
                                             self._settings.opset)
 
     save_as_onnx = export_onnx  # the name some ONNX Runtime scripts use
 
     # --- memory -----------------------------------------------------------------------------
     def memory_report(self, *args: Any, **kwargs: Any) -> MemoryReport:
-        """The memory report (torch_ort.ortmodule.memory.MemoryReport): the predicted peak of a
+        """The memory report (torch_ort.ortmodule.memory_report.MemoryReport): the predicted peak of a
         training step for these inputs — known before the step runs: this exports and builds the
         training engine if needed, and runs nothing — the recompute opportunities and their state,
         and the measured peak once a step ran with inputs of these sizes. Without arguments: the

@@ -32,8 +32,8 @@ import torch.utils.checkpoint as checkpoint_module
 
 from torch_ort import _compat
 from torch_ort._compat import pytree
-from torch_ort.ortmodule.fallback import FallbackPolicy, ORTModuleError
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError
+from torch_ort.ortmodule.debug_options import LOGGER
 from torch_ort.ortmodule.python_op import (
     DOMAIN_OP,
     ORIGINAL_APPLY,

@@ -9,18 +9,18 @@ import torch
 from torch_ort import _compat
 from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, exporter, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
-from torch_ort.ortmodule.aten_fallback import (
+from torch_ort.ortmodule.aten_routing import (
     MAX_EXPORTS,
     AtenFallback,
     export_with_fallback,
     ops_from_engine_error,
     resolve_aten,
 )
-from torch_ort.ortmodule.config import Settings
+from torch_ort.ortmodule.variables import Settings
 from torch_ort.ortmodule.exporter import exported_with_weights
-from torch_ort.ortmodule.fallback import ORTModuleONNXModelException
-from torch_ort.ortmodule.options import LOGGER, DebugOptions
-from torch_ort.ortmodule.translations.aten_fallback import qualified_name
+from torch_ort.ortmodule.fallback_policy import ORTModuleONNXModelException
+from torch_ort.ortmodule.debug_options import LOGGER, DebugOptions
+from torch_ort.ortmodule.translations.aten_op import qualified_name
 
 
 def input_schema(spec, flat) -> tuple:

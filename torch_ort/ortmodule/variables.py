@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from torch_ort.ortmodule.fallback import DEFAULT_POLICY, FallbackPolicy, parse_policy
-from torch_ort.ortmodule.options import LOGGER, LogLevel, parse_flags, parse_log_level
+from torch_ort.ortmodule.fallback_policy import DEFAULT_POLICY, FallbackPolicy, parse_policy
+from torch_ort.ortmodule.debug_options import LOGGER, LogLevel, parse_flags, parse_log_level
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")

@@ -1,4 +1,4 @@
-"""DebugOptions, LogLevel and the `torch_ort` logger (every ORTMODULE_* variable is in config.py).
+"""DebugOptions, LogLevel and the `torch_ort` logger (every ORTMODULE_* variable is in variables.py).
 
 torch_ort logs as a library does: every record goes to the `torch_ort` logger, which has only a
 NullHandler and propagates, so the application's logging configuration (`logging.basicConfig`,

@@ -35,9 +35,9 @@ from torch_ort.ortmodule.exporter import (
     exception_chain,
     export_module,
 )
-from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
-from torch_ort.ortmodule.options import LOGGER
-from torch_ort.ortmodule.translations.aten_fallback import (
+from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort.ortmodule.translations.aten_op import (
     UnencodableArgumentError,
     aten_op_translation,
     qualified_name,

@@ -9,8 +9,8 @@ import torch
 
 from torch_ort._compat import pytree
 from torch_ort.ortmodule import exporter, hf, python_op_export
-from torch_ort.ortmodule.fallback import ORTModuleTorchModelException
-from torch_ort.ortmodule.options import LOGGER
+from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.debug_options import LOGGER
 
 _STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 _EXTERNAL_DATA_BYTES = 1 << 30  # above this, weights go to '<path>.data' (protobuf caps at 2 GiB)

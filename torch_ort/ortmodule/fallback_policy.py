@@ -5,7 +5,7 @@ import dataclasses
 import enum
 import warnings
 
-from torch_ort.ortmodule.options import LOGGER, parse_flags
+from torch_ort.ortmodule.debug_options import LOGGER, parse_flags
 
 
 class FallbackPolicy(enum.IntFlag):
