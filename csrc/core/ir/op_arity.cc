@@ -52,7 +52,7 @@ const std::vector<Entry>& our_table() {
       {"ATenOp", {{1, 0, V, 0, V}}},
       {"PythonOp", {{1, 0, V, 0, V}}},
       {"ATenOpGrad", {{1, 0, V, 1, V}}},
-      // Fused ops (csrc/core/passes) and their gradients (rules_attention.cc, rules_fused_*.cc).
+      // Fused ops (csrc/core/passes) and their gradients (csrc/core/ops/attention.cc, fused.cc).
       {"Attention", {{1, 3, 4, 2, 3}}},     // (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend])
       // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend]) -> ([dQ], [dK], [dV])
       {"AttentionGrad", {{1, 6, 9, 3, 3, slots({0}), slots({0, 1, 2})}}},
@@ -70,7 +70,7 @@ const std::vector<Entry>& our_table() {
       {"BatchNormTraining", {{1, 1, 5, 1, 5}}},
       {"CrossEntropyLoss", {{1, 2, 3, 1, 2}}},  // (scores, labels, [weights]) -> (loss, [log_prob])
       {"Embedding", {{1, 2, 2, 1, 1}}},         // (weight, indices)
-      // Gradient ops (csrc/core/autodiff/rules_*.cc).
+      // Gradient ops (their gradient rules in csrc/core/ops/<family>.cc).
       {"AveragePoolGrad", {{1, 2, 2, 1, 1}}},  // (dY, shape(X))
       // (dY, X, [scale], [mean], [var | inv-std]) -> ([dX], [dScale], [dB])
       {"BatchNormalizationGrad", {{1, 2, 5, 3, 3, 0, slots({0, 1, 2})}}},

@@ -1,10 +1,13 @@
 // Op traits: the properties of an op that the passes, the planner, autodiff and type inference
 // ask about, one entry per op in one place (ops/<family>.cc, one line per op). A stage asks
-// "is this op random?" here instead of keeping its own list of names.
+// "is this op random?" here instead of keeping its own list of names. The family file that holds
+// an op's traits line also holds its shape rule and its gradient rule (families.h).
 //
-// Layering: this folder sits just above the IR's data types (ir/graph.h, ir/dtype.h) and below
+// Layering: this header sits just above the IR's data types (ir/graph.h, ir/dtype.h) and below
 // every stage that reads it (ir/type_inference, passes, planner, autodiff, the runtime). It
-// includes nothing else from the core.
+// includes nothing else from the core, so ir/, passes/ and planner/ may include it. The family
+// .cc files are the other way round: registration units at the top of the core, they include
+// shapes/ and autodiff/ headers; nothing includes them.
 //
 // An op without an entry has no traits (every flag false, every list empty): each stage then
 // takes its conservative path (not fused, not recomputed, allocated, on the device, ...).
