@@ -19,10 +19,12 @@ namespace torch_ort::ops {
 std::vector<OpEntry> aten_ops() {
   using enum ViewRule;
   return {
-      {kOurDomain, "ATenOp", {.opaque = true, .view = kAutogradOp}},
-      // Consumes the autograd history its ATenOp/PythonOp recorded, once.
-      {kOurDomain, "ATenOpGrad", {.opaque = true}},
-      {kOurDomain, "PythonOp", {.opaque = true, .view = kAutogradOp}},
+      // Any arguments, any results.
+      {kOurDomain, "ATenOp", {.opaque = true, .view = kAutogradOp, .arity = OpArity{0, kVariadic, 0, kVariadic}}},
+      // Consumes the autograd history its ATenOp/PythonOp recorded, once. Reads (dY_k.., Y_k..,
+      // leaf_i..), each may be absent, and yields one gradient per needed input.
+      {kOurDomain, "ATenOpGrad", {.opaque = true, .arity = OpArity{0, kVariadic, 1, kVariadic}}},
+      {kOurDomain, "PythonOp", {.opaque = true, .view = kAutogradOp, .arity = OpArity{0, kVariadic, 0, kVariadic}}},
       // torch.onnx's ATen fallback (operator_export_type ONNX_ATEN_FALLBACK).
       {"org.pytorch.aten", "ATen", {.opaque = true}},
   };

@@ -13,8 +13,10 @@ namespace torch_ort::ops {
 
 std::vector<OpEntry> attention_ops() {
   return {
-      {kOurDomain, "Attention", {.recomputable = true}},
-      {kOurDomain, "AttentionGrad", {.host_inputs = {8}}},  // Backend (the forward's choice)
+      // arity: (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend])
+      {kOurDomain, "Attention", {.recomputable = true, .arity = OpArity{3, 4, 2, 3}}},
+      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend]) -> ([dQ], [dK], [dV])
+      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 9, 3, 3, slots({0}), slots({0, 1, 2})}}},  // Backend (the forward's choice)
   };
 }
 

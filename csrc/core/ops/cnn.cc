@@ -20,8 +20,17 @@ std::vector<OpEntry> cnn_ops() {
   return {
       // Indices (output 1): the gradient adds dY at the forward's argmax.
       {"", "MaxPool", {.output_dtypes = {DType::kUndefined, DType::kInt64}, .grad_needs_optional_outputs = true}},
-      {kOurDomain, "AveragePoolGrad", {.host_inputs = {1}}},  // shape(X)
-      {kOurDomain, "MaxPoolGrad", {.host_inputs = {2}}},  // shape(X)
+      // arity: (dY, shape(X))
+      {kOurDomain, "AveragePoolGrad", {.host_inputs = {1}, .arity = OpArity{2, 2, 1, 1}}},  // shape(X)
+      // arity: (dY, Indices, shape(X))
+      {kOurDomain, "MaxPoolGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
+      // (X, [scale], [B], [mean], [var]) -> (Y, [mean], [var], [saved mean], [saved inv-std])
+      {kOurDomain, "BatchNormTraining", {.arity = OpArity{1, 5, 1, 5}}},
+      // (dY, X, [scale], [mean], [var | inv-std]) -> ([dX], [dScale], [dB])
+      {kOurDomain, "BatchNormalizationGrad", {.arity = OpArity{2, 5, 3, 3, 0, slots({0, 1, 2})}}},
+      {kOurDomain, "ConvGrad", {.arity = OpArity{3, 3, 3, 3, 0, slots({0, 1, 2})}}},  // (dY, X, W) -> ([dX], [dW], [dB])
+      {kOurDomain, "ConvTransposeGrad", {.arity = OpArity{3, 3, 3, 3, 0, slots({0, 1, 2})}}},
+      {kOurDomain, "GlobalMaxPoolGrad", {.arity = OpArity{3, 3, 1, 1}}},  // (dY, X, Y)
   };
 }
 

@@ -62,6 +62,12 @@ std::vector<OpEntry> elementwise_ops() {
       {"", "Trilu", {.host_inputs = {1}}},  // k
       {"", "Where", {.recomputable = true, .host_computable = true}},
       {"", "Xor", {.commutative = true, .host_computable = true, .output_dtypes = kBoolOut}},
+      {kOurDomain, "ErfGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, X)
+      {kOurDomain, "GeluGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, X)
+      {kOurDomain, "MinMaxGrad", {.arity = OpArity{3, kVariadic, 1, kVariadic, 0, slots({0})}}},  // (dY, Y, X_i...) -> ([dX_i]...)
+      {kOurDomain, "ReluGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, Y)
+      {kOurDomain, "SigmoidGrad", {.arity = OpArity{2, 2, 1, 1}}},
+      {kOurDomain, "TanhGrad", {.arity = OpArity{2, 2, 1, 1}}},
   };
 }
 

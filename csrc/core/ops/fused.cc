@@ -19,11 +19,19 @@ namespace torch_ort::ops {
 
 std::vector<OpEntry> fused_ops() {
   return {
-      {kOurDomain, "BiasGelu", {.recomputable = true}},
+      // arity: (X, [b])
+      {kOurDomain, "BiasGelu", {.recomputable = true, .arity = OpArity{1, 2, 1, 1}}},
       // Its kernel is plain ATen arithmetic on small host tensors too.
-      {kOurDomain, "FusedElementwise", {.recomputable = true, .host_computable = true}},
-      {kOurDomain, "FusedMatMul", {.recomputable = true}},
-      {kOurDomain, "SkipLayerNorm", {.recomputable = true}},
+      // arity: (X_i...)
+      {kOurDomain, "FusedElementwise", {.recomputable = true, .host_computable = true, .arity = OpArity{1, kVariadic, 1, 1}}},
+      // arity: (A, B, [bias])
+      {kOurDomain, "FusedMatMul", {.recomputable = true, .arity = OpArity{2, 3, 1, 1}}},
+      // arity: (X, Skip, Gamma, [Beta], [Bias]) -> (Y, Mean, InvStdDev, Sum)
+      {kOurDomain, "SkipLayerNorm", {.recomputable = true, .arity = OpArity{3, 5, 4, 4}}},
+      {kOurDomain, "BiasGeluGrad", {.arity = OpArity{2, 3, 1, 1}}},  // (dY, X, [b])
+      {kOurDomain, "FusedElementwiseGrad", {.arity = OpArity{2, kVariadic, 1, kVariadic, 0, slots({0})}}},  // (dY, X_i...) -> ([dX_i]...)
+      // (dY, [dSum], Sum, Gamma, Mean, InvStdDev) -> ([dX], [dGamma], [dBeta], [dBias])
+      {kOurDomain, "SkipLayerNormGrad", {.arity = OpArity{6, 6, 4, 4, slots({1}), slots({0, 1, 2, 3})}}},
   };
 }
 

@@ -13,9 +13,10 @@ std::vector<OpEntry> index_ops() {
   return {
       {"", "Gather", {.recomputable = true, .host_computable = true}},
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
-      {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}}},  // shape(X)
-      {kOurDomain, "GatherGrad", {.host_inputs = {1}}},
-      {kOurDomain, "GatherNDGrad", {.host_inputs = {1}}},
+      // arity: (dY, shape(X), indices)
+      {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
+      {kOurDomain, "GatherGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
+      {kOurDomain, "GatherNDGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
   };
 }
 

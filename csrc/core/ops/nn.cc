@@ -20,8 +20,16 @@ std::vector<OpEntry> nn_ops() {
       // Its log-probabilities (output 1, B·T·vocab) for the gradient softmax − onehot; recomputed
       // from the logits (a graph output).
       {"", "SoftmaxCrossEntropyLoss", {.recomputable = true, .grad_needs_optional_outputs = true}},
-      {kOurDomain, "CrossEntropyLoss", {.grad_needs_optional_outputs = true}},
-      {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}}},  // shape(W)
+      // arity: (scores, labels, [weights]) -> (loss, [log_prob])
+      {kOurDomain, "CrossEntropyLoss", {.grad_needs_optional_outputs = true, .arity = OpArity{2, 3, 1, 2}}},
+      // arity: (dY, indices, shape(W))
+      {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(W)
+      {kOurDomain, "CrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
+      {kOurDomain, "Embedding", {.arity = OpArity{2, 2, 1, 1}}},  // (weight, indices)
+      {kOurDomain, "LayerNormalizationGrad", {.arity = OpArity{5, 5, 1, 1}}},  // (dY, X, Scale, Mean, InvStdDev)
+      {kOurDomain, "LayerNormalizationScaleGrad", {.arity = OpArity{5, 5, 1, 1}}},
+      {kOurDomain, "NegativeLogLikelihoodLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, input, labels, [weights])
+      {kOurDomain, "SoftmaxCrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
   };
 }
 

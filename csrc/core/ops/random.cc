@@ -26,8 +26,10 @@ std::vector<OpEntry> random_ops() {
       {"", "RandomUniform", {.random = true}},
       {"", "RandomUniformLike", {.random = true}},
       // host inputs: ratio, training_mode
-      {kOurDomain, "BiasDropout", {.random = true, .host_inputs = {3, 4}, .view = kBiasDropout}},
-      {kOurDomain, "DropoutGrad", {.host_inputs = {2, 3}, .view = kDropoutGrad}},  // ratio, training_mode
+      // arity: (X, [Bias], [Residual], [ratio], [training]) -> (Y, [Mask])
+      {kOurDomain, "BiasDropout", {.random = true, .host_inputs = {3, 4}, .view = kBiasDropout, .arity = OpArity{1, 5, 1, 2}}},
+      // arity: (dY, mask, [ratio], [training])
+      {kOurDomain, "DropoutGrad", {.host_inputs = {2, 3}, .view = kDropoutGrad, .arity = OpArity{2, 4, 1, 1}}},  // ratio, training_mode
   };
 }
 

@@ -30,9 +30,13 @@ std::vector<OpEntry> reduce_ops() {
       {"", "ReduceProd", {.host_computable = true, .host_inputs = {1}}},
       {"", "ReduceSum", {.host_computable = true, .host_inputs = {1}, .view = kReduceNoop}},
       {"", "Softmax", {.recomputable = true}},
-      {kOurDomain, "ReduceMeanGrad", {.host_inputs = {1, 2}}},  // shape(X), axes
-      {kOurDomain, "ReduceSumGrad", {.host_inputs = {1, 2}, .view = kSpread}},
-      {kOurDomain, "SumToShape", {.host_inputs = {1}, .view = kIfSameShape}},  // shape
+      // arity: (dY, shape(X), [axes])
+      {kOurDomain, "ReduceMeanGrad", {.host_inputs = {1, 2}, .arity = OpArity{2, 3, 1, 1}}},  // shape(X), axes
+      {kOurDomain, "ReduceSumGrad", {.host_inputs = {1, 2}, .view = kSpread, .arity = OpArity{2, 3, 1, 1}}},
+      // arity: (dY, shape)
+      {kOurDomain, "SumToShape", {.host_inputs = {1}, .view = kIfSameShape, .arity = OpArity{2, 2, 1, 1}}},  // shape
+      {kOurDomain, "LogSoftmaxGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, Y)
+      {kOurDomain, "SoftmaxGrad", {.arity = OpArity{2, 2, 1, 1}}},
   };
 }
 

@@ -46,10 +46,14 @@ std::vector<OpEntry> shape_ops() {
       {"", "Unsqueeze",
        {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kUnsqueeze}},
       // (dY, shape(X_0), ..., shape(X_n-1)): every input past dY is on the host (placement.cc)
-      {kOurDomain, "ConcatGrad", {.view = kSplit}},
-      {kOurDomain, "SliceGrad", {.host_inputs = {1, 2, 3, 4, 5}}},  // shape(X), starts, ends, axes, steps
-      {kOurDomain, "SplitGrad", {.host_inputs = {0, 1}}},  // shape(X), split
-      {kOurDomain, "TileGrad", {.host_inputs = {1}}},  // shape(X)
+      // arity: (dY, shape(X_i)...) -> ([dX_i]...)
+      {kOurDomain, "ConcatGrad", {.view = kSplit, .arity = OpArity{2, kVariadic, 1, kVariadic, 0, slots({0})}}},
+      // arity: (dY, shape(X), [starts], [ends], [axes], [steps])
+      {kOurDomain, "SliceGrad", {.host_inputs = {1, 2, 3, 4, 5}, .arity = OpArity{2, 6, 1, 1}}},  // shape(X), starts, ends, axes, steps
+      // arity: (shape(X), [split], [dY_0], [dY_i]...)
+      {kOurDomain, "SplitGrad", {.host_inputs = {0, 1}, .arity = OpArity{3, kVariadic, 1, 1, slots({1, 2})}}},  // shape(X), split
+      // arity: (dY, shape(X))
+      {kOurDomain, "TileGrad", {.host_inputs = {1}, .arity = OpArity{2, 2, 1, 1}}},  // shape(X)
   };
 }
 

@@ -10,6 +10,8 @@ namespace torch_ort::ops {
 
 std::vector<OpEntry> transfer_ops() {
   return {
+      {kOurDomain, "ToDevice", {.arity = OpArity{1, 1, 1, 1}}},
+      {kOurDomain, "ToHost", {.arity = OpArity{1, 1, 1, 1}}},
   };
 }
 
