@@ -1,7 +1,7 @@
 // The aten family: ops that run PyTorch code (autodiff/aten_op.h): our ATenOp and PythonOp,
 // ATenOpGrad, and torch.onnx's ATen fallback. Never merged; their outputs view their results and
 // inputs; their host inputs depend on each node's arguments (placement.cc reads them). Kernels:
-// csrc/runtime/kernels/aten*.cc.
+// csrc/runtime/kernels/aten_*.cc.
 // One home per op: its traits line (aten_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 //

@@ -1,7 +1,7 @@
 // The attention family: our fused Attention (passes/attention_fusion.cc) and AttentionGrad, which
 // recomputes the attention probabilities from the forward's LogSumExp (flash attention's
 // backward), so no (L, S) matrix is kept between forward and backward. Kernels:
-// csrc/runtime/kernels/attention*.cc.
+// csrc/runtime/kernels/attention.cc.
 // One home per op: its traits line (attention_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"

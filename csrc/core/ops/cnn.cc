@@ -1,5 +1,5 @@
 // The cnn family: convolutions, pooling, batch normalization (and the other image
-// normalisations), and our gradients of them. Kernels: csrc/runtime/kernels/cnn*.cc.
+// normalisations), and our gradients of them. Kernels: csrc/runtime/kernels/cnn_*.cc.
 // One home per op: its traits line (cnn_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 //

@@ -1,6 +1,7 @@
 // The elementwise family: arithmetic, activations (and our gradients of them), comparisons and
 // logic, casts, Where, Trilu, variadic Sum/Mean/Max/Min. Kernels: csrc/runtime/kernels/
-// elementwise*.cc. Dropout is in random.cc, CumSum in reduce.cc.
+// elementwise*.cc, except Gelu, Erf and their gradients (nn.cc), ReluGrad, SigmoidGrad, TanhGrad
+// (grad_ops.cc) and Trilu (shape_tile.cc). Dropout is in random.cc, CumSum in reduce.cc.
 // One home per op: its traits line (elementwise_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 //

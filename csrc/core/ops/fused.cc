@@ -1,6 +1,6 @@
 // The fused family: our fused ops (passes/*_fusion.cc) BiasGelu, FusedElementwise, FusedMatMul,
 // SkipLayerNorm, and their gradient ops. (Attention is in attention.cc, BiasDropout in
-// random.cc.) Kernels: csrc/runtime/kernels/fused*.cc. The backward kernels of the
+// random.cc.) Kernels: csrc/runtime/kernels/fused_*.cc. The backward kernels of the
 // elementwise fusions recompute what they need from the forward inputs, so forward saves only
 // its inputs.
 // One home per op: its traits line (fused_ops() below), its shape rule (shapes/shape_rules.h) and

@@ -1,5 +1,5 @@
 // The index family: Gather, GatherElements, GatherND, Scatter*, NonZero, OneHot, and our
-// gradients of the gathers. Kernels: csrc/runtime/kernels/index*.cc.
+// gradients of the gathers. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
 // One home per op: its traits line (index_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"

@@ -1,4 +1,4 @@
-// The linalg family: MatMul and Gemm. Kernels: csrc/runtime/kernels/linalg*.cc. Our FusedMatMul
+// The linalg family: MatMul and Gemm. Kernels: csrc/runtime/kernels/linalg.cc. Our FusedMatMul
 // is in fused.cc.
 // One home per op: its traits line (linalg_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.

@@ -1,5 +1,6 @@
 // The random family: ops that draw random numbers (Dropout, our BiasDropout, Random*, ...), and
-// DropoutGrad, which replays their mask. Kernels: csrc/runtime/kernels/random*.cc.
+// DropoutGrad, which replays their mask. Kernels: csrc/runtime/kernels/random_bias_dropout.cc
+// (Dropout: elementwise.cc, DropoutGrad: grad_ops.cc).
 // One home per op: its traits line (random_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 //

@@ -1,6 +1,7 @@
 // The reduce family: Reduce*, ArgMax/ArgMin, TopK, CumSum, the softmax ops (a normalisation
 // along an axis), and our gradients of them (ReduceSumGrad, ReduceMeanGrad, SumToShape,
-// SoftmaxGrad, LogSoftmaxGrad). Kernels: csrc/runtime/kernels/reduce*.cc.
+// SoftmaxGrad, LogSoftmaxGrad). Kernels: csrc/runtime/kernels/reduce.cc, the gradient ops
+// in grad_ops.cc.
 // One home per op: its traits line (reduce_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 //
