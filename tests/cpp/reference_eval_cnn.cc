@@ -1,6 +1,6 @@
 // Reference evaluator, CNN family: convolutions, pools, batch normalization and their gradient
 // ops as plain loops over output positions and kernel offsets, in double. Pads are resolved here
-// again from the ONNX attributes (independently of the runtime's spatial.cc).
+// again from the ONNX attributes (independently of the runtime's cnn_spatial.cc).
 #include <algorithm>
 #include <cmath>
 #include <functional>

@@ -36,7 +36,7 @@ TEST(OpArity, EveryOpWithAShapeRuleOrGradientDecisionHasAnEntry) {
     const auto [domain, op] = split_key(key);
     if (!find_op_arity(domain, op, domain.empty() ? 20 : 1)) missing.push_back(key);
   }
-  EXPECT_TRUE(missing.empty()) << "no arity entry (add one line to csrc/core/ir/op_arity.cc): "
+  EXPECT_TRUE(missing.empty()) << "no arity entry (ours: an .arity in the op's traits line, csrc/core/ops/<family>.cc): "
                                << ::testing::PrintToString(missing);
   EXPECT_GE(arity_ops().size(), ShapeRegistry::instance().ops().size());
 }

@@ -137,7 +137,7 @@ TEST(ShapeRegistry, EveryDifferentiableOpAndEveryGradientOpOfOursHasARule) {
                          "ReduceSumGrad", "ReduceMeanGrad", "SoftmaxCrossEntropyLossGrad",
                          "NegativeLogLikelihoodLossGrad", "DropoutGrad"})
     if (!shapes.find(kOurDomain, op)) missing.push_back(std::string(kOurDomain) + "::" + op);
-  EXPECT_TRUE(missing.empty()) << "no shape rule (add REGISTER_SHAPE_RULE in csrc/core/shapes/rules_*.cc): "
+  EXPECT_TRUE(missing.empty()) << "no shape rule (add REGISTER_SHAPE_RULE in csrc/core/ops/<family>.cc): "
                                << ::testing::PrintToString(missing);
 }
 

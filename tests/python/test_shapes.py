@@ -176,4 +176,4 @@ def test_exporter_left_shapes_out_inference_fills_them():
 def test_every_kernel_has_a_shape_rule():
     missing = sorted(set(_C.kernel_ops()) - set(_C.shape_ops()))
     assert not missing, (f"kernels without a shape rule: {missing}; add REGISTER_SHAPE_RULE lines in "
-                         "csrc/core/shapes/rules_*.cc (an op without one infers as unknown, never an error)")
+                         "csrc/core/ops/<family>.cc (an op without one infers as unknown, never an error)")

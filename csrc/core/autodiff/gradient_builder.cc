@@ -20,7 +20,7 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
 // Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
 // LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
-// MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see pool.cc.
+// MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see kernels/cnn_pool.cc.
 // ATenOp, PythonOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {

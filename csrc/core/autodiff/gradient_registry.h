@@ -1,4 +1,5 @@
-// One gradient rule per op, registered with one line:
+// One gradient rule per op, registered with one line in the op's family file,
+// csrc/core/ops/<family>.cc (next to its traits line and its shape rule):
 //   REGISTER_GRADIENT("MatMul", matmul_grad, {});          // no non-differentiable inputs
 //   REGISTER_GRADIENT("Reshape", reshape_grad, {1});        // input 1 (the shape) never gets a gradient
 //   NO_GRADIENT("Shape", "returns sizes, not values");      // outputs carry no gradient

@@ -1,11 +1,13 @@
 // How many inputs and outputs each op the core knows takes, and which leading ones are required:
-// the ONNX operator schemas for the default domain, the code that builds them for ours. verify()
+// the ONNX operator schemas for the default domain (a generated table, op_arity.cc), the code that
+// builds them for ours (the `arity` of each op's traits line, csrc/core/ops/<family>.cc). verify()
 // holds every node of a known op to it, so no later stage (shape rule, pass, gradient rule,
 // planner) meets a Cast without input 0 or a MaxPool without output 0. Ops not in the table
 // stay unchecked here (no rule of ours reads them by position).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -26,6 +28,13 @@ struct OpArity {
   uint32_t optional_inputs = 0;   // ...except bit i: slot i < min_inputs exists but may be kNoValue
   uint32_t optional_outputs = 0;  //    (ours: a gradient op keeps the position of an unneeded one)
 };
+
+// The bit set of `ids`, for OpArity's optional_inputs / optional_outputs: slots({0, 2}).
+constexpr uint32_t slots(std::initializer_list<int> ids) {
+  uint32_t bits = 0;
+  for (int i : ids) bits |= uint32_t{1} << i;
+  return bits;
+}
 
 // The arity of `op_type` in `domain` ("" and "ai.onnx" alike) for a graph importing `opset` of
 // that domain, or nullopt for an op the table does not know. Where the schema changed across

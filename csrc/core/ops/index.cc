@@ -1,16 +1,129 @@
-// Indexing ops (shapes/rules_index.cc): Gather, Split, NonZero.
+// The index family: Gather, GatherElements, GatherND, Scatter*, NonZero, OneHot, and our
+// gradients of the gathers. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
+// One home per op: its traits line (index_ops() below), its shape rule (shapes/shape_rules.h) and
+// its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/ops/families.h"
+#include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
 
 std::vector<OpEntry> index_ops() {
-  using enum ViewRule;
   return {
       {"", "Gather", {.recomputable = true, .host_computable = true}},
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
-      // Split: split
-      {"", "Split", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kSplit}},
+      // arity: (dY, shape(X), indices)
+      {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
+      {kOurDomain, "GatherGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
+      {kOurDomain, "GatherNDGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
   };
 }
 
 }  // namespace torch_ort::ops
+
+namespace torch_ort {
+namespace {
+
+// --- shape rules (shapes/shape_rules.h)
+
+// Gather(data, indices; axis): data[:axis] + indices.shape + data[axis+1:]. On a shape vector
+// with constant indices it also picks the values (Shape -> Gather(0) is "the batch size").
+void gather_shape(ShapeCtx& c) {
+  const Shape data = c.in(0), idx = c.in(1);
+  if (!data.rank_known || !idx.rank_known) return;
+  const int64_t axis = norm_axis(c, c.attrs().get_int("axis", 0), data.rank());
+  Shape out = Shape::of({data.dims.begin(), data.dims.begin() + axis});
+  out.dims.insert(out.dims.end(), idx.dims.begin(), idx.dims.end());
+  out.dims.insert(out.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+  const SymValues* v = c.values(0);
+  const auto picks = c.ints(1);
+  if (v && picks && data.rank() == 1 && idx.rank() <= 1) {
+    const int64_t n = static_cast<int64_t>(v->size());
+    SymValues got;
+    for (int64_t i : *picks) {
+      if (i < -n || i >= n)
+        c.fail("index " + std::to_string(i) + " is out of range for " + std::to_string(n) +
+               " elements");
+      got.push_back((*v)[i < 0 ? i + n : i]);
+    }
+    return c.set_values(0, std::move(got), idx.rank() == 0);
+  }
+  c.set(0, out);
+}
+
+// GatherND(data, indices; batch_dims b) -> indices[:-1] + data[b + indices[-1]:].
+void gather_nd_shape(ShapeCtx& c) {
+  const Shape data = c.in(0), idx = c.in(1);
+  if (!data.rank_known || !idx.rank_known || idx.rank() < 1 || !idx.dims.back().is_known()) return;
+  const int64_t start = checked_add(c.attrs().get_int("batch_dims", 0), idx.dims.back().value);
+  if (start < 0 || start > data.rank()) return;  // the kernel reports it, naming the node
+  Shape out = Shape::of({idx.dims.begin(), idx.dims.end() - 1});
+  out.dims.insert(out.dims.end(), data.dims.begin() + start, data.dims.end());
+  c.set(0, out);
+}
+
+void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
+
+void same_as_input1(ShapeCtx& c) { c.set(0, c.in(1)); }
+
+// NonZero(X) -> (rank(X), number of non-zeros): the count is data-dependent.
+void nonzero_shape(ShapeCtx& c) {
+  const int64_t r = c.rank(0);
+  c.set(0, Shape::of({r >= 0 ? Dim::known(r) : Dim{}, Dim{}}));
+}
+
+// OneHot(indices, depth, values; axis = -1): indices' shape with `depth` inserted at axis.
+void one_hot_shape(ShapeCtx& c) {
+  Shape x = c.in(0);
+  if (!x.rank_known) return;
+  const SymValues* depth = c.values(1);
+  const int64_t axis = norm_axis(c, c.attrs().get_int("axis", -1), x.rank() + 1);
+  x.dims.insert(x.dims.begin() + axis,
+                depth && depth->size() == 1 && (*depth)[0] ? (*depth)[0]->to_dim() : Dim{});
+  c.set(0, x);
+}
+
+// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
+// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
+// values), so there is nothing to infer, only the declaration to keep. The run-time check
+// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
+void declared_by_gradient_builder(ShapeCtx&) {}
+
+// --- gradient rules (autodiff/gradient_registry.h)
+
+// Gather-like ops scatter dY back into zeros of X's shape, summing where indices repeat. The
+// gradient op reads shape_of(X) and the indices, never X itself (nothing big is saved).
+void scatter_back(GradCtx& g, const char* grad_op) {
+  g.set_grad(0, g.ours(grad_op, {g.grad_out(0), g.shape_of(g.in(0)), g.in(1)}, g.attrs(),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+
+// dX = zeros(shape(X)).index_add(axis, indices, dY)
+void gather_grad(GradCtx& g) { scatter_back(g, "GatherGrad"); }
+
+// dX = zeros(shape(X)).scatter_add(axis, indices, dY)
+void gather_elements_grad(GradCtx& g) { scatter_back(g, "GatherElementsGrad"); }
+
+// dX = zeros(shape(X)).index_put(indices, dY, accumulate=True)
+void gather_nd_grad(GradCtx& g) { scatter_back(g, "GatherNDGrad"); }
+
+}  // namespace
+
+REGISTER_SHAPE_RULE("Gather", gather_shape);
+REGISTER_SHAPE_RULE("GatherElements", same_as_input1);  // the indices' shape
+REGISTER_SHAPE_RULE("ScatterElements", same_as_input0);
+REGISTER_SHAPE_RULE("ScatterND", same_as_input0);
+REGISTER_SHAPE_RULE("NonZero", nonzero_shape);
+REGISTER_SHAPE_RULE("OneHot", one_hot_shape);
+REGISTER_SHAPE_RULE("GatherND", gather_nd_shape);
+// Declared by the gradient builder: (dY, shape_of(X), indices) -> X's shape.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherGrad", declared_by_gradient_builder);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherElementsGrad", declared_by_gradient_builder);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherNDGrad", declared_by_gradient_builder);
+
+REGISTER_GRADIENT("Gather", gather_grad, {1});
+REGISTER_GRADIENT("GatherElements", gather_elements_grad, {1});
+REGISTER_GRADIENT("GatherND", gather_nd_grad, {1});
+
+}  // namespace torch_ort

@@ -1,5 +1,11 @@
-// Linear algebra and pooling (shapes/rules_linalg.cc).
+// The linalg family: MatMul and Gemm. Kernels: csrc/runtime/kernels/linalg.cc. Our FusedMatMul
+// is in fused.cc.
+// One home per op: its traits line (linalg_ops() below), its shape rule (shapes/shape_rules.h) and
+// its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
 #include "csrc/core/ops/families.h"
+#include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
 
@@ -7,9 +13,140 @@ std::vector<OpEntry> linalg_ops() {
   return {
       {"", "Gemm", {.recomputable = true}},
       {"", "MatMul", {.recomputable = true}},
-      // Indices (output 1): the gradient adds dY at the forward's argmax.
-      {"", "MaxPool", {.output_dtypes = {DType::kUndefined, DType::kInt64}, .grad_needs_optional_outputs = true}},
   };
 }
 
 }  // namespace torch_ort::ops
+
+namespace torch_ort {
+namespace {
+
+// --- shape rules (shapes/shape_rules.h)
+
+// Fails on two different known contraction sizes; a symbol may stand for anything.
+void check_inner(const ShapeCtx& c, const Dim& k1, const Dim& k2, const Shape& a, const Shape& b) {
+  if (k1.is_known() && k2.is_known() && k1.value != k2.value)
+    c.fail("inner dimensions differ: " + a.to_string() + " · " + b.to_string());
+}
+
+// Numpy matmul: (..., M, K)·(..., K, N) -> (broadcast ..., M, N); a rank-1 operand is a row
+// (first) or a column (second) whose dim the product drops.
+void matmul_shape(ShapeCtx& c) {
+  const Shape a = c.in(0), b = c.in(1);
+  if (!a.rank_known || !b.rank_known || a.rank() < 1 || b.rank() < 1) return;
+  const Dim& ka = a.dims.back();
+  const Dim& kb = b.rank() == 1 ? b.dims[0] : b.dims[b.dims.size() - 2];
+  check_inner(c, ka, kb, a, b);
+  if (a.rank() == 1 && b.rank() == 1) return c.set(0, Shape::of({}));
+  if (a.rank() == 1) {  // (K)·(..., K, N) -> (..., N)
+    std::vector<Dim> out(b.dims.begin(), b.dims.end() - 2);
+    out.push_back(b.dims.back());
+    return c.set(0, Shape::of(std::move(out)));
+  }
+  if (b.rank() == 1) return c.set(0, Shape::of({a.dims.begin(), a.dims.end() - 1}));  // (..., M)
+  Shape out = broadcast(c, Shape::of({a.dims.begin(), a.dims.end() - 2}),
+                        Shape::of({b.dims.begin(), b.dims.end() - 2}));
+  out.dims.push_back(a.dims[a.dims.size() - 2]);
+  out.dims.push_back(b.dims.back());
+  c.set(0, std::move(out));
+}
+
+// Gemm: A' (M, K) · B' (K, N) + C -> (M, N), with A' = transA ? Aᵀ : A (and B' likewise).
+void gemm_shape(ShapeCtx& c) {
+  const Shape a = c.in(0), b = c.in(1);
+  if (a.rank() != 2 || b.rank() != 2) return;
+  const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+  check_inner(c, a.dims[ta ? 0 : 1], b.dims[tb ? 1 : 0], a, b);
+  c.set(0, Shape::of({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]}));
+}
+
+// --- gradient rules (autodiff/gradient_registry.h)
+
+ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
+  Attributes at;
+  at.set("transA", static_cast<int64_t>(ta));
+  at.set("transB", static_cast<int64_t>(tb));
+  if (alpha != 1.0f) at.set("alpha", alpha);
+  return g.op("Gemm", {a, b}, std::move(at));
+}
+
+ValueId unsqueeze(GradCtx& g, ValueId x, int64_t axis) { return g.op("Unsqueeze", {x, g.const_ints(std::vector<int64_t>{axis})}); }
+
+// Numpy's rank-1 cases: a vector operand is a row (A) or a column (B) that the product drops.
+//   A (K), B (..., K, N):  dA = Σ dY[..., None, :]·Bᵀ,     dB = A[:, None]·dY[..., None, :]
+//   A (..., M, K), B (K):  dA = dY[..., None]·B,           dB = Σ dY[..., None, :]·A
+//   A (K), B (K):          dA = dY·B,                      dB = dY·A
+void matmul_vector_grad(GradCtx& g, int64_t ra, int64_t rb) {
+  const ValueId a = g.in(0), b = g.in(1), dy = g.grad_out(0);
+  if (ra == 1 && rb == 1) {
+    if (g.needs(0)) g.set_grad(0, g.mul(dy, b));
+    if (g.needs(1)) g.set_grad(1, g.mul(dy, a));
+    return;
+  }
+  auto sum_to = [&](ValueId x, ValueId like) {
+    return g.ours("SumToShape", {x, g.shape_of(like)}, {}, DType::kUndefined, g.info(like).shape);
+  };
+  if (ra == 1) {
+    if (g.needs(0)) g.set_grad(0, sum_to(g.matmul(unsqueeze(g, dy, -2), g.transpose_last2(b)), a));
+    if (g.needs(1)) g.set_grad(1, g.sum_to_shape_of(g.matmul(unsqueeze(g, a, -1), unsqueeze(g, dy, -2)), b));
+  } else {
+    if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.mul(unsqueeze(g, dy, -1), b), a));
+    if (g.needs(1)) g.set_grad(1, sum_to(g.matmul(unsqueeze(g, dy, -2), a), b));
+  }
+}
+
+ValueId flatten(GradCtx& g, ValueId x, int64_t axis) {
+  Attributes at;
+  at.set("axis", axis);
+  return g.op("Flatten", {x}, std::move(at));
+}
+
+// Y = A·B with numpy batching/broadcasting.
+//   dA = dY·Bᵀ, dB = Aᵀ·dY  (each summed over broadcast batch dims)
+// A weight shared by every batch row (A (..., M, K), B (K, N), a Linear layer on 3-D input):
+//   dB = Σ_i A_iᵀ·dY_i = flat(A)ᵀ·flat(dY), one (K, rows)·(rows, N) Gemm over the flattened rows,
+//   rather than a batched product of per-batch (K, N) blocks summed afterwards.
+void matmul_grad(GradCtx& g) {
+  const int64_t ra = g.rank(g.in(0)), rb = g.rank(g.in(1));
+  if (ra < 2 || rb < 2) return matmul_vector_grad(g, ra, rb);
+  const ValueId dy = g.grad_out(0);
+  if (g.needs(0)) g.set_grad(0, g.sum_to_shape_of(g.matmul(dy, g.transpose_last2(g.in(1))), g.in(0)));
+  if (!g.needs(1)) return;
+  if (rb == 2 && ra > 2) {
+    g.set_grad(1, gemm(g, flatten(g, g.in(0), ra - 1), flatten(g, dy, ra - 1), true, false, 1.0f));
+  } else {
+    g.set_grad(1, g.sum_to_shape_of(g.matmul(g.transpose_last2(g.in(0)), dy), g.in(1)));
+  }
+}
+
+// Y = alpha·A'·B' + beta·C, with A' = transA ? Aᵀ : A and B' = transB ? Bᵀ : B.
+//   dA' = alpha·dY·B'ᵀ, dB' = alpha·A'ᵀ·dY, dC = beta·dY (summed to C's shape)
+// Each is a single Gemm with transpose flags, so no Transpose node is materialised.
+void gemm_grad(GradCtx& g) {
+  const bool ta = g.attrs().get_int("transA", 0) != 0;
+  const bool tb = g.attrs().get_int("transB", 0) != 0;
+  const float alpha = g.attrs().get_float("alpha", 1.0f);
+  const float beta = g.attrs().get_float("beta", 1.0f);
+  const ValueId a = g.in(0), b = g.in(1), dy = g.grad_out(0);
+  if (g.needs(0))
+    g.set_grad(0, ta ? gemm(g, b, dy, tb, true, alpha)     // dA = B'·dYᵀ
+                     : gemm(g, dy, b, false, !tb, alpha));  // dA = dY·B'ᵀ
+  if (g.needs(1))
+    g.set_grad(1, tb ? gemm(g, dy, a, true, ta, alpha)      // dB = dYᵀ·A'
+                     : gemm(g, a, dy, !ta, false, alpha));  // dB = A'ᵀ·dY
+  if (g.needs(2)) {
+    ValueId d = dy;
+    if (beta != 1.0f) d = g.mul(d, g.const_scalar(beta, g.info(dy).dtype));
+    g.set_grad(2, g.sum_to_shape_of(d, g.in(2)));
+  }
+}
+
+}  // namespace
+
+REGISTER_SHAPE_RULE("MatMul", matmul_shape);
+REGISTER_SHAPE_RULE("Gemm", gemm_shape);
+
+REGISTER_GRADIENT("MatMul", matmul_grad, {});
+REGISTER_GRADIENT("Gemm", gemm_grad, {});
+
+}  // namespace torch_ort

@@ -1,5 +1,15 @@
-// Normalisation, softmax and losses (shapes/rules_nn.cc).
+// The nn family: layer normalisation (and LpNormalization, MeanVarianceNormalization), the
+// losses the exporter emits for F.cross_entropy (SoftmaxCrossEntropyLoss, ours CrossEntropyLoss
+// when label smoothing is on) and F.nll_loss, our Embedding, and our gradients of them.
+// Kernels: csrc/runtime/kernels/nn*.cc.
+// One home per op: its traits line (nn_ops() below), its shape rule (shapes/shape_rules.h) and
+// its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
+#include "csrc/core/ir/graph.h"
 #include "csrc/core/ops/families.h"
+#include "csrc/core/ops/nn.h"
+#include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
 
@@ -7,13 +17,209 @@ std::vector<OpEntry> nn_ops() {
   return {
       // Mean and InvStdDev (outputs 1, 2) for the gradient.
       {"", "LayerNormalization", {.recomputable = true, .grad_needs_optional_outputs = true}},
-      {"", "LogSoftmax", {.recomputable = true}},
-      {"", "Softmax", {.recomputable = true}},
       // Its log-probabilities (output 1, B·T·vocab) for the gradient softmax − onehot; recomputed
       // from the logits (a graph output).
       {"", "SoftmaxCrossEntropyLoss", {.recomputable = true, .grad_needs_optional_outputs = true}},
-      {kOurDomain, "CrossEntropyLoss", {.grad_needs_optional_outputs = true}},
+      // arity: (scores, labels, [weights]) -> (loss, [log_prob])
+      {kOurDomain, "CrossEntropyLoss", {.grad_needs_optional_outputs = true, .arity = OpArity{2, 3, 1, 2}}},
+      // arity: (dY, indices, shape(W))
+      {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(W)
+      {kOurDomain, "CrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
+      {kOurDomain, "Embedding", {.arity = OpArity{2, 2, 1, 1}}},  // (weight, indices)
+      {kOurDomain, "LayerNormalizationGrad", {.arity = OpArity{5, 5, 1, 1}}},  // (dY, X, Scale, Mean, InvStdDev)
+      {kOurDomain, "LayerNormalizationScaleGrad", {.arity = OpArity{5, 5, 1, 1}}},
+      {kOurDomain, "NegativeLogLikelihoodLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, input, labels, [weights])
+      {kOurDomain, "SoftmaxCrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
   };
 }
 
 }  // namespace torch_ort::ops
+
+namespace torch_ort {
+
+ValueId layer_norm_stats_grad(GradCtx& g, ValueId x, int64_t axis) {
+  const int64_t r = g.rank(x);
+  const DType dt = g.info(x).dtype;
+  std::vector<int64_t> axes;
+  for (int64_t d = axis < 0 ? axis + r : axis; d < r; ++d) axes.push_back(d);
+  auto as_x_type = [&](ValueId v) {
+    if (g.info(v).dtype == dt) return v;
+    Attributes c;
+    c.set("to", static_cast<int64_t>(dt));
+    return g.op("Cast", {v}, std::move(c), dt, g.info(v).shape);
+  };
+  auto spread = [&](ValueId v) {
+    Attributes a;
+    a.set("axes", axes);
+    return g.ours("ReduceMeanGrad", {as_x_type(v), g.shape_of(x)}, std::move(a), dt, g.info(x).shape);
+  };
+  ValueId dx = kNoValue;
+  if (g.has_grad_out(1)) dx = spread(g.grad_out(1));
+  if (g.has_grad_out(2)) {
+    const ValueId r_ = g.out(2);
+    const ValueId c = g.neg(g.mul(g.grad_out(2), g.mul(g.mul(r_, r_), r_)));
+    const ValueId t = g.mul(spread(c), g.sub(x, as_x_type(g.out(1))));
+    dx = dx == kNoValue ? t : g.add(dx, t);
+  }
+  return dx;
+}
+
+namespace {
+
+// --- shape rules (shapes/shape_rules.h)
+
+void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
+
+void same_as_input1(ShapeCtx& c) { c.set(0, c.in(1)); }
+
+// LayerNormalization(X, Scale, B?) -> (Y, Mean?, InvStdDev?). Y has X's shape; the statistics
+// keep X's leading dims up to `axis` (default -1) and have 1 for each normalized dim.
+void layer_norm_shape(ShapeCtx& c) {
+  const Shape x = c.in(0);
+  c.set(0, x);
+  if (!x.rank_known) return;
+  const int64_t axis = norm_axis(c, c.attrs().get_int("axis", -1), x.rank());
+  Shape stats = x;
+  for (size_t d = static_cast<size_t>(axis); d < stats.dims.size(); ++d) stats.dims[d] = Dim::known(1);
+  c.set(1, stats);
+  c.set(2, stats);
+}
+
+// SoftmaxCrossEntropyLoss(scores (N, C, d..), labels (N, d..), weights?) -> (loss, log_prob?)
+// NegativeLogLikelihoodLoss(input (N, C, d..), target (N, d..), weight?) -> loss
+// loss: [] for reduction mean/sum, the labels' shape (N, d..) for none. log_prob: scores' shape.
+void loss_shape(ShapeCtx& c) {
+  const std::string reduction = c.attrs().get_string("reduction", "mean");
+  if (reduction != "none") {
+    c.set(0, Shape::of({}));
+  } else {
+    Shape per_item = c.in(1);
+    const Shape scores = c.in(0);
+    if (!per_item.rank_known && scores.rank() >= 2) {
+      per_item = scores;
+      per_item.dims.erase(per_item.dims.begin() + 1);
+    }
+    c.set(0, per_item);
+  }
+  c.set(1, c.in(0));
+}
+
+// Our Embedding(weight (V, D...), indices) -> indices' shape + D...
+void embedding_shape(ShapeCtx& c) {
+  const Shape w = c.in(0), idx = c.in(1);
+  if (!w.rank_known || !idx.rank_known || w.rank() < 1) return;
+  Shape out = idx;
+  out.dims.insert(out.dims.end(), w.dims.begin() + 1, w.dims.end());
+  c.set(0, out);
+}
+
+// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
+// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
+// values), so there is nothing to infer, only the declaration to keep. The run-time check
+// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
+void declared_by_gradient_builder(ShapeCtx&) {}
+
+// --- gradient rules (autodiff/gradient_registry.h)
+
+Attributes loss_attrs(const GradCtx& g) {
+  Attributes a;
+  a.set("reduction", g.attrs().get_string("reduction", "mean"));
+  a.set("ignore_index", g.attrs().get_int("ignore_index", -100));
+  return a;
+}
+
+// d scores = (softmax(scores) − onehot(labels)) · w · dLoss / normaliser, computed from the
+// forward's log_prob output without ever materialising a one-hot. Ours CrossEntropyLoss adds
+// label smoothing ε: the target becomes (1 − ε)·onehot·w_t + ε/C·w (still fused, no one-hot).
+// A gradient reaching the log_prob output (when the model uses it) adds LogSoftmax's gradient
+// along the class axis (1).
+void softmax_cross_entropy_grad(GradCtx& g) {
+  ValueId d = kNoValue;
+  if (g.has_grad_out(0)) {
+    const bool ours = g.node().domain == kOurDomain;
+    Attributes a = loss_attrs(g);
+    if (ours) a.set("label_smoothing", g.attrs().get_float("label_smoothing", 0.0f));
+    std::vector<ValueId> ins{g.grad_out(0), g.out(1), g.in(1)};
+    if (g.has_in(2)) ins.push_back(g.in(2));
+    d = g.ours(ours ? "CrossEntropyLossGrad" : "SoftmaxCrossEntropyLossGrad", std::move(ins), std::move(a),
+               DType::kUndefined, g.info(g.in(0)).shape);
+  }
+  if (g.has_grad_out(1)) {
+    Attributes a;
+    a.set("axis", int64_t{1});
+    ValueId dlp = g.ours("LogSoftmaxGrad", {g.grad_out(1), g.out(1)}, std::move(a), DType::kUndefined,
+                         g.info(g.in(0)).shape);
+    d = d == kNoValue ? dlp : g.add(d, dlp);
+  }
+  g.set_grad(0, d);
+}
+
+// d input = −onehot(labels) · w · dLoss / normaliser (the input itself is read for its shape).
+void nll_loss_grad(GradCtx& g) {
+  std::vector<ValueId> ins{g.grad_out(0), g.in(0), g.in(1)};
+  if (g.has_in(2)) ins.push_back(g.in(2));
+  g.set_grad(0, g.ours("NegativeLogLikelihoodLossGrad", std::move(ins), loss_attrs(g),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+
+// LayerNormalization(X, Scale, [B]) with the forward's Mean (output 1) and InvStdDev (output 2):
+// dX and dScale from ATen's layer-norm backward, dB = Σ_outer dY.
+void layer_norm_grad(GradCtx& g) {
+  const int64_t axis = g.attrs().get_int("axis", -1);
+  Attributes a;
+  a.set("axis", axis);
+  ValueId dx = kNoValue;
+  if (g.has_grad_out(0)) {
+    const std::vector<ValueId> ins{g.grad_out(0), g.in(0), g.in(1), g.out(1), g.out(2)};
+    if (g.needs(0)) dx = g.ours("LayerNormalizationGrad", ins, a, DType::kUndefined, g.info(g.in(0)).shape);
+    if (g.needs(1))
+      g.set_grad(1, g.ours("LayerNormalizationScaleGrad", ins, a, DType::kUndefined, g.info(g.in(1)).shape));
+    if (g.needs(2)) g.set_grad(2, g.sum_to_shape_of(g.grad_out(0), g.in(2)));
+  } else {  // only the statistics are read: they do not depend on Scale or B
+    for (int i : {1, 2})
+      if (g.needs(i)) g.set_grad(i, g.mul(g.in(i), g.const_scalar(0.0, g.info(g.in(i)).dtype)));
+  }
+  if (g.needs(0) && (g.has_grad_out(1) || g.has_grad_out(2))) {
+    const ValueId ds = layer_norm_stats_grad(g, g.in(0), axis);
+    dx = dx == kNoValue ? ds : g.add(dx, ds);
+  }
+  g.set_grad(0, dx);
+}
+
+// Ours Embedding(weight, indices; padding_idx): dWeight is dense, dY rows summed per index, zero
+// at padding_idx. Only the weight's shape is kept for backward, not the weight.
+void embedding_grad(GradCtx& g) {
+  Attributes a;
+  a.set("padding_idx", g.attrs().get_int("padding_idx", -1));
+  a.set("scale_grad_by_freq", g.attrs().get_int("scale_grad_by_freq", 0));
+  g.set_grad(0, g.ours("EmbeddingGrad", {g.grad_out(0), g.in(1), g.shape_of(g.in(0))}, std::move(a),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+
+}  // namespace
+
+REGISTER_SHAPE_RULE("LayerNormalization", layer_norm_shape);
+REGISTER_SHAPE_RULE("LpNormalization", same_as_input0);
+REGISTER_SHAPE_RULE("MeanVarianceNormalization", same_as_input0);
+REGISTER_SHAPE_RULE("SoftmaxCrossEntropyLoss", loss_shape);
+REGISTER_SHAPE_RULE("NegativeLogLikelihoodLoss", loss_shape);
+// Ours: CrossEntropyLoss (label smoothing) has SoftmaxCrossEntropyLoss's inputs and outputs.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLoss", loss_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "Embedding", embedding_shape);
+// (dLoss, log_prob, labels, weights?) -> d scores, the shape of log_prob
+REGISTER_SHAPE_RULE_IN(kOurDomain, "SoftmaxCrossEntropyLossGrad", same_as_input1);
+// (dLoss, input, labels, weights?) -> d input
+REGISTER_SHAPE_RULE_IN(kOurDomain, "NegativeLogLikelihoodLossGrad", same_as_input1);
+// Declared by the gradient builder when it emits them.
+REGISTER_SHAPE_RULE_IN(kOurDomain, "LayerNormalizationGrad", declared_by_gradient_builder);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "LayerNormalizationScaleGrad", declared_by_gradient_builder);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "EmbeddingGrad", declared_by_gradient_builder);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLossGrad", declared_by_gradient_builder);
+
+REGISTER_GRADIENT("LayerNormalization", layer_norm_grad, {});
+REGISTER_GRADIENT("SoftmaxCrossEntropyLoss", softmax_cross_entropy_grad, {1, 2});
+REGISTER_GRADIENT("NegativeLogLikelihoodLoss", nll_loss_grad, {1, 2});
+REGISTER_GRADIENT_IN(kOurDomain, "CrossEntropyLoss", softmax_cross_entropy_grad, {1, 2});
+REGISTER_GRADIENT_IN(kOurDomain, "Embedding", embedding_grad, {1});
+
+}  // namespace torch_ort

@@ -1,4 +1,5 @@
-// The op-traits registry (op_traits.h): every family's lines in one index, built on first use.
+// The op-traits registry (op_traits.h): every family's lines (ops/<family>.cc, families.h) in one
+// index, built on first use.
 #include "csrc/core/ops/op_traits.h"
 
 #include <map>
@@ -17,9 +18,9 @@ std::string_view domain_key(std::string_view domain) { return domain == "ai.onnx
 const std::map<Key, OpTraits>& index() {
   static const std::map<Key, OpTraits> idx = [] {
     std::map<Key, OpTraits> m;
-    for (auto* family : {&ops::elementwise_ops, &ops::data_ops, &ops::shape_ops, &ops::index_ops,
-                         &ops::reduce_ops, &ops::linalg_ops, &ops::nn_ops, &ops::random_ops,
-                         &ops::fused_ops, &ops::gradient_ops, &ops::aten_ops}) {
+    for (auto* family : {&ops::elementwise_ops, &ops::shape_ops, &ops::index_ops, &ops::reduce_ops,
+                         &ops::linalg_ops, &ops::cnn_ops, &ops::nn_ops, &ops::attention_ops,
+                         &ops::fused_ops, &ops::random_ops, &ops::aten_ops, &ops::transfer_ops}) {
       for (OpEntry& e : family()) {
         Key key{std::string(domain_key(e.domain)), std::string(e.op_type)};
         if ((e.traits.random || e.traits.opaque) && e.traits.recomputable)

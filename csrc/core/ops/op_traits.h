@@ -1,22 +1,28 @@
 // Op traits: the properties of an op that the passes, the planner, autodiff and type inference
 // ask about, one entry per op in one place (ops/<family>.cc, one line per op). A stage asks
-// "is this op random?" here instead of keeping its own list of names.
+// "is this op random?" here instead of keeping its own list of names. The family file that holds
+// an op's traits line also holds its shape rule and its gradient rule (families.h).
 //
-// Layering: this folder sits just above the IR's data types (ir/graph.h, ir/dtype.h) and below
+// Layering: this header sits just above the IR's data types (ir/graph.h, ir/dtype.h,
+// ir/op_arity.h's OpArity) and below
 // every stage that reads it (ir/type_inference, passes, planner, autodiff, the runtime). It
-// includes nothing else from the core.
+// includes nothing else from the core, so ir/, passes/ and planner/ may include it. The family
+// .cc files are the other way round: registration units at the top of the core, they include
+// shapes/ and autodiff/ headers; nothing includes them.
 //
 // An op without an entry has no traits (every flag false, every list empty): each stage then
 // takes its conservative path (not fused, not recomputed, allocated, on the device, ...).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "csrc/core/ir/dtype.h"
 #include "csrc/core/ir/graph.h"
+#include "csrc/core/ir/op_arity.h"
 
 namespace torch_ort {
 
@@ -81,6 +87,10 @@ struct OpTraits {
   // Dropout's mask, LayerNormalization's statistics, the loss's log-probabilities):
   // autodiff/gradient_builder.cc adds them before building gradients.
   bool grad_needs_optional_outputs = false;
+  // Our domain's ops only: how many inputs and outputs the op takes and which leading ones are
+  // required, per the code that emits the node and the kernel that reads it; verify() holds every
+  // node to it (ir/op_arity.h). ONNX ops get theirs from onnx's schemas, never here.
+  std::optional<OpArity> arity = {};
 };
 
 // One registry line: (domain, op) and its traits. domain "" is ONNX's default (ai.onnx).

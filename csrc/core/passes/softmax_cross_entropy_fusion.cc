@@ -1,6 +1,6 @@
 // LogSoftmax(x, class axis) -> NegativeLogLikelihoodLoss becomes one SoftmaxCrossEntropyLoss,
 // whose kernel computes the loss from the logits in one pass and whose gradient is the fused
-// softmax − onehot (kernels/loss.cc, rules_nn.cc) instead of NLL's scatter followed by
+// softmax − onehot (kernels/nn_loss.cc, ops/nn.cc) instead of NLL's scatter followed by
 // LogSoftmax's backward. F.nll_loss(F.log_softmax(x, 1), y) exports this pair (F.cross_entropy
 // already exports SoftmaxCrossEntropyLoss). Fires only when the log-probabilities feed nothing
 // else and are normalised along the class axis (1); otherwise the pair stays.

@@ -1,10 +1,11 @@
 // Views: which buffer each value lives in, as our runtime kernels lay it out (see memory.h).
 //
 // One rule per kind of the ops' `view` trait (csrc/core/ops/), following csrc/runtime/kernels:
-// shape_ops.cc (Reshape/Flatten via at::reshape, Transpose via permute,
-// Squeeze/Unsqueeze/Expand), slice.cc (Slice, Split, ConcatGrad narrow),
+// shape.cc (Reshape/Flatten via at::reshape, Transpose via permute,
+// Squeeze/Unsqueeze/Expand), shape_slice.cc (Slice, Split, ConcatGrad narrow),
 // elementwise.cc (Identity, Cast to its own dtype, Dropout in inference, single-operand Sum),
-// grad_ops.cc, reduce.cc, compare.cc, fused_dropout.cc and aten_fallback.cc (detached leaves).
+// grad_ops.cc, reduce.cc, elementwise_compare.cc, random_bias_dropout.cc and aten_fallback.cc
+// (detached leaves).
 //
 // Views carry symbolic strides, so that a Reshape is decided as at::reshape decides it: a view
 // when the strides allow one (ATen's computeStride, with provable equality of products), else a

@@ -1,4 +1,5 @@
-// The shape-rule registry, the context rules read and write, and helpers shared by rule files.
+// The shape-rule registry, the context rules read and write, and helpers shared by the rules
+// of the family files (csrc/core/ops/<family>.cc).
 #include "csrc/core/shapes/shape_rules.h"
 
 #include <stdexcept>

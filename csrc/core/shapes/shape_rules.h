@@ -1,4 +1,5 @@
-// Shape inference rules: one per op, registered with one line in csrc/core/shapes/rules_*.cc.
+// Shape inference rules: one per op, registered with one line in the op's family file,
+// csrc/core/ops/<family>.cc (next to its traits line and its gradient rule).
 //
 //   REGISTER_SHAPE_RULE("MatMul", matmul_shape);
 //   REGISTER_SHAPE_RULE_IN(kOurDomain, "ReluGrad", activation_grad_shape);
@@ -78,7 +79,7 @@ class ShapeRegistry {
       ::torch_ort::ShapeRegistry::instance().add(domain, op, fn)
 #define REGISTER_SHAPE_RULE(op, fn) REGISTER_SHAPE_RULE_IN("", op, fn)
 
-// --- helpers shared by the rule files
+// --- helpers shared by the rules of the family files (csrc/core/ops/<family>.cc)
 // Numpy broadcasting of two shapes; fails (naming the node) on two different known sizes
 // neither of which is 1. Unknown rank in -> unknown out.
 Shape broadcast(const ShapeCtx& c, const Shape& a, const Shape& b);

@@ -3,7 +3,7 @@ forces inference (it normalizes with the running statistics) and returns the run
 unchanged; ONNX BatchNormalization(training_mode=1) could not match PyTorch anyway (it updates the
 running variance with the biased batch variance, PyTorch with the unbiased one). So a module in
 train mode exports to our com.torch_ort::BatchNormTraining (kernel: csrc/runtime/kernels/
-batchnorm.cc), whose outputs are, in ATen's order here, Y, the new running mean and variance
+cnn_batchnorm.cc), whose outputs are, in ATen's order here, Y, the new running mean and variance
 (buffer updates, see buffers.py) and the saved mean / inv-std its gradient reads.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // Resolution of the spatial attributes shared by the convolution and pooling kernels.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
-#include "csrc/runtime/kernels/spatial.h"
+#include "csrc/runtime/kernels/cnn_spatial.h"
 
 #include <ATen/ops/constant_pad_nd.h>
 

@@ -12,7 +12,7 @@
 #include <ATen/ops/convolution_backward.h>
 
 #include "csrc/runtime/kernels/common.h"
-#include "csrc/runtime/kernels/spatial.h"
+#include "csrc/runtime/kernels/cnn_spatial.h"
 
 namespace torch_ort::kernels {
 namespace {

@@ -31,7 +31,7 @@
 #include <ATen/ops/zeros_like.h>
 
 #include "csrc/runtime/kernels/common.h"
-#include "csrc/runtime/kernels/spatial.h"
+#include "csrc/runtime/kernels/cnn_spatial.h"
 
 namespace torch_ort::kernels {
 namespace {

@@ -1,4 +1,6 @@
-// Gradient pieces shared by the normalisation rules (rules_nn.cc, rules_fused_norm.cc).
+// What the nn family (ops/nn.cc) shares with other family files: the layer-norm statistics
+// gradient, also used by fused.cc's SkipLayerNorm. Included only by family .cc files (it reads
+// autodiff/), never by op_traits.h.
 #pragma once
 
 #include "csrc/core/autodiff/grad_ctx.h"

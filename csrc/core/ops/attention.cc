@@ -1,0 +1,86 @@
+// The attention family: our fused Attention (passes/attention_fusion.cc) and AttentionGrad, which
+// recomputes the attention probabilities from the forward's LogSumExp (flash attention's
+// backward), so no (L, S) matrix is kept between forward and backward. Kernels:
+// csrc/runtime/kernels/attention.cc.
+// One home per op: its traits line (attention_ops() below), its shape rule (shapes/shape_rules.h) and
+// its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/graph.h"
+#include "csrc/core/ops/families.h"
+#include "csrc/core/shapes/shape_rules.h"
+
+namespace torch_ort::ops {
+
+std::vector<OpEntry> attention_ops() {
+  return {
+      // arity: (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend])
+      {kOurDomain, "Attention", {.recomputable = true, .arity = OpArity{3, 4, 2, 3}}},
+      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend]) -> ([dQ], [dK], [dV])
+      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 9, 3, 3, slots({0}), slots({0, 1, 2})}}},  // Backend (the forward's choice)
+  };
+}
+
+}  // namespace torch_ort::ops
+
+namespace torch_ort {
+namespace {
+
+// --- shape rules (shapes/shape_rules.h)
+
+// Attention(Q (B, H, L, D), K (B, H, S, D), V (B, H, S, Dv), [mask]) -> (Y (B, H, L, Dv),
+// LogSumExp (B, H, L), [Backend ()]). A known rank other than 4 is a contradiction: the kernel
+// takes only 4-D.
+void attention_shape(ShapeCtx& c) {
+  c.set(2, Shape::of({}));
+  for (int i = 0; i < 3; ++i)
+    if (c.rank(i) >= 0 && c.rank(i) != 4)
+      c.fail("input " + std::to_string(i) + " (Q, K, V) must have rank 4 (B, H, T, D), got " +
+             c.in(i).to_string());
+  const Shape q = c.in(0), v = c.in(2);
+  if (!q.rank_known) {
+    c.set(0, unknown_dims(4));
+    c.set(1, unknown_dims(3));
+    return;
+  }
+  c.set(0, Shape::of({q.dims[0], q.dims[1], q.dims[2], v.rank_known ? v.dims[3] : Dim{}}));
+  c.set(1, Shape::of({q.dims[0], q.dims[1], q.dims[2]}));
+}
+
+// AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLogSumExp]) -> (dQ, dK, dV), each shaped as its input.
+void attention_grad_shape(ShapeCtx& c) {
+  for (int k = 0; k < 3; ++k) c.set(k, c.in(k + 1));
+}
+
+// --- gradient rules (autodiff/gradient_registry.h)
+
+// P = softmax(scale·Q·Kᵀ + mask), Y = P·V:
+// dV = Pᵀ·dY,  dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y)),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q.
+// Only the needed input gradients are outputs; the mask gets none (the pass fuses only masks no
+// gradient can reach). The pass's graphs never read LogSumExp but AttentionGrad; a gradient that
+// does reach it (a graph that outputs it) adds dS += P ⊙ dLSE, passed as input 7.
+void attention_grad(GradCtx& g) {
+  if (!g.has_grad_out(0) && !g.has_grad_out(1)) return;
+  Attributes a;
+  a.set("causal", g.attrs().get_int("causal", 0));
+  if (g.attrs().has("scale")) a.set("scale", g.attrs().get_float("scale", 1.0f));  // absent: 1/√D
+  // The forward's backend choice (output 2) makes the backward run the same kernel family.
+  const ValueId backend = g.node().outputs.size() > 2 ? g.node().outputs[2] : kNoValue;
+  std::vector<ValueId> ins{g.grad_out(0), g.in(0),  g.in(1),  g.in(2), g.out(0),
+                           g.out(1),      g.has_in(3) ? g.in(3) : kNoValue,
+                           g.has_grad_out(1) ? g.grad_out(1) : kNoValue, backend};
+  while (ins.back() == kNoValue) ins.pop_back();
+  std::vector<ValueId> like;
+  for (int i = 0; i < 3; ++i) like.push_back(g.needs(i) ? g.in(i) : kNoValue);
+  const std::vector<ValueId> d = g.ours_multi("AttentionGrad", std::move(ins), like, std::move(a));
+  for (int i = 0; i < 3; ++i)
+    if (d[i] != kNoValue) g.set_grad(i, d[i]);
+}
+
+}  // namespace
+
+REGISTER_SHAPE_RULE_IN(kOurDomain, "Attention", attention_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "AttentionGrad", attention_grad_shape);
+
+REGISTER_GRADIENT_IN(kOurDomain, "Attention", attention_grad, {3});
+
+}  // namespace torch_ort

@@ -1,0 +1,36 @@
+// The transfer family: placement's crossings (csrc/core/planner/placement.h), ToHost and
+// ToDevice: the same values elsewhere. They have no traits and no gradient (placement inserts
+// them after autodiff). Kernels: csrc/runtime/kernels/transfer.cc.
+// One home per op: its traits line (transfer_ops() below), its shape rule (shapes/shape_rules.h) and
+// its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include "csrc/core/ops/families.h"
+#include "csrc/core/shapes/shape_rules.h"
+
+namespace torch_ort::ops {
+
+std::vector<OpEntry> transfer_ops() {
+  return {
+      {kOurDomain, "ToDevice", {.arity = OpArity{1, 1, 1, 1}}},
+      {kOurDomain, "ToHost", {.arity = OpArity{1, 1, 1, 1}}},
+  };
+}
+
+}  // namespace torch_ort::ops
+
+namespace torch_ort {
+namespace {
+
+// --- shape rules (shapes/shape_rules.h)
+
+// Identity-like ops also pass the values of a shape computation through.
+void identity_shape(ShapeCtx& c) {
+  c.set(0, c.in(0));
+  if (const SymValues* v = c.values(0)) c.set_values(0, *v, c.rank(0) == 0);
+}
+
+}  // namespace
+
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ToHost", identity_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ToDevice", identity_shape);
+
+}  // namespace torch_ort
