@@ -229,6 +229,10 @@ void sqrt_grad(GradCtx& g) {  // dX = dY / (2·Y)
 
 void exp_grad(GradCtx& g) { g.set_grad(0, g.mul(g.grad_out(0), g.out(0))); }  // dX = dY·Y
 
+void reciprocal_grad(GradCtx& g) {  // Y = 1/X: dX = −dY·Y²
+  g.set_grad(0, g.neg(g.mul(g.grad_out(0), g.mul(g.out(0), g.out(0)))));
+}
+
 void log_grad(GradCtx& g) { g.set_grad(0, g.div(g.grad_out(0), g.in(0))); }  // dX = dY / X
 
 void where_grad(GradCtx& g) {  // dA = where(c, dY, 0), dB = where(c, 0, dY)
@@ -386,6 +390,7 @@ REGISTER_GRADIENT("Sum", sum_grad, {});
 REGISTER_GRADIENT("Pow", pow_grad, {1});
 REGISTER_GRADIENT("Sqrt", sqrt_grad, {});
 REGISTER_GRADIENT("Exp", exp_grad, {});
+REGISTER_GRADIENT("Reciprocal", reciprocal_grad, {});
 REGISTER_GRADIENT("Log", log_grad, {});
 REGISTER_GRADIENT("Where", where_grad, {0});
 REGISTER_GRADIENT("Relu", relu_grad, {});

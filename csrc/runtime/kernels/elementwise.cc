@@ -22,6 +22,7 @@
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/sqrt.h>
+#include <ATen/ops/reciprocal.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/where.h>
@@ -177,6 +178,7 @@ REGISTER_KERNEL("Div", div_kernel);
 REGISTER_KERNEL("Pow", pow_kernel);
 REGISTER_KERNEL("Neg", unary<at::neg>);
 REGISTER_KERNEL("Sqrt", unary<at::sqrt>);
+REGISTER_KERNEL("Reciprocal", unary<at::reciprocal>);
 REGISTER_KERNEL("Exp", unary<at::exp>);
 REGISTER_KERNEL("Log", unary<at::log>);
 REGISTER_KERNEL("Abs", unary<at::abs>);

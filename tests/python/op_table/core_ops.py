@@ -145,6 +145,8 @@ CASES = [
     # Placement's crossings: the same values, on the host / on the run's device (both the CPU here).
     Case("ToHost", [i64(2, 3, 4)], lambda s: s, domain=OURS),
     Case("ToDevice", [f(3, 4)], lambda x: x, domain=OURS),
+    Case("Reciprocal", [pos(2, 5)], torch.reciprocal),
+    Case("Reciprocal", [-pos(7)], torch.reciprocal, id="Reciprocal-negative"),
 ]
 
 
