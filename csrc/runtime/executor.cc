@@ -48,7 +48,7 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
       nodes.push_back({n.name, n.domain, n.op_type, "kernel"});
       continue;
     }
-    auto it = g.opset_imports.find(n.domain == "ai.onnx" ? "" : n.domain);
+    auto it = g.opset_imports.find(n.domain);
     CompiledStep cs{fn, &n, it == g.opset_imports.end() ? 1 : it->second, n.inputs, n.outputs,
                     s.free_after};
     cs.inplace = s.inplace;

@@ -21,9 +21,7 @@ bool KernelRegistry::add(const std::string& domain, const std::string& op, Kerne
 }
 
 KernelFn KernelRegistry::find(const std::string& domain, const std::string& op) const {
-  // "ai.onnx" is the default domain spelled out; treat it as "".
-  const std::string d = domain == "ai.onnx" ? "" : domain;
-  auto it = kernels_.find(d + "::" + op);
+  auto it = kernels_.find(domain + "::" + op);  // the default domain is "" (the importer's)
   return it == kernels_.end() ? nullptr : it->second;
 }
 

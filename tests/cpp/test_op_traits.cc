@@ -51,7 +51,6 @@ Node node(const std::string& domain, const std::string& op) { return Node{domain
 
 TEST(OpTraits, LookupByDomainAndOp) {
   ASSERT_NE(find_op("", "Add"), nullptr);
-  EXPECT_EQ(find_op("ai.onnx", "Add"), find_op("", "Add"));  // ONNX's default domain, spelt out
   EXPECT_EQ(find_op("", "NoSuchOp"), nullptr);
   EXPECT_EQ(find_op(kOurDomain, "Add"), nullptr);    // our domain has no Add
   EXPECT_EQ(find_op("", "BiasDropout"), nullptr);    // ...and ONNX no BiasDropout

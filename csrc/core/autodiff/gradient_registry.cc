@@ -18,9 +18,7 @@ bool GradientRegistry::add(const std::string& domain, const std::string& op, Gra
 }
 
 const GradientEntry* GradientRegistry::find(const std::string& domain, const std::string& op) const {
-  // "ai.onnx" is the default domain spelled out; treat it as "".
-  const std::string d = domain == "ai.onnx" ? "" : domain;
-  auto it = entries_.find(d + "::" + op);
+  auto it = entries_.find(domain + "::" + op);  // the default domain is "" (the importer's)
   return it == entries_.end() ? nullptr : &it->second;
 }
 

@@ -8,7 +8,7 @@ namespace torch_ort {
 std::string Node::describe() const {
   // The domain is shown only for non-default ops, so "Gemm (node /fc1/Gemm)" stays short.
   std::string s;
-  if (!domain.empty() && domain != "ai.onnx") s = domain + "::";
+  if (!domain.empty()) s = domain + "::";
   s += op_type.empty() ? std::string("<no op_type>") : op_type;
   return s + (name.empty() ? std::string(" (unnamed node)") : " (node " + name + ")");
 }

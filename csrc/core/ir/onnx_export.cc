@@ -81,7 +81,7 @@ std::string export_onnx(const Graph& g) {
   model.set_producer_name("torch_ort");
   // Every domain a node uses needs an opset import, or the checker rejects the model.
   std::map<std::string, int64_t> opsets = g.opset_imports;
-  for (const Node& n : g.nodes) opsets.emplace(n.domain == "ai.onnx" ? "" : n.domain, 1);
+  for (const Node& n : g.nodes) opsets.emplace(n.domain, 1);
   for (const auto& [domain, version] : opsets) {
     pb::OperatorSetIdProto* op = model.add_opset_import();
     op->set_domain(domain);

@@ -52,10 +52,6 @@ const Index& index() {
   return idx;
 }
 
-std::string domain_key(std::string_view domain) {
-  return std::string(domain == "ai.onnx" ? std::string_view() : domain);
-}
-
 std::string count(int n, const char* what) {
   return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
@@ -84,7 +80,7 @@ std::optional<OpArity> find_op_arity(std::string_view domain, std::string_view o
     const OpTraits* t = find_op(domain, op_type);
     return t ? t->arity : std::nullopt;
   }
-  auto it = index().find(domain_key(domain) + "::" + std::string(op_type));
+  auto it = index().find(std::string(domain) + "::" + std::string(op_type));
   if (it == index().end()) return std::nullopt;
   const std::vector<Form>& forms = *it->second;
   // The form in force at `opset` (the last one since at or before it; the first one when the op
@@ -106,7 +102,7 @@ std::optional<OpArity> find_op_arity(std::string_view domain, std::string_view o
 }
 
 std::string arity_problem(const Graph& g, const Node& n) {
-  const std::string domain = domain_key(n.domain);
+  const std::string& domain = n.domain;
   auto it = g.opset_imports.find(domain);
   // A graph that imports no version of the domain: the defaults ShapeCtx::opset assumes.
   const int64_t opset = it != g.opset_imports.end() ? it->second : domain.empty() ? 20 : 1;

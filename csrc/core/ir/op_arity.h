@@ -36,7 +36,7 @@ constexpr uint32_t slots(std::initializer_list<int> ids) {
   return bits;
 }
 
-// The arity of `op_type` in `domain` ("" and "ai.onnx" alike) for a graph importing `opset` of
+// The arity of `op_type` in `domain` ("" for ONNX's default) for a graph importing `opset` of
 // that domain, or nullopt for an op the table does not know. Where the schema changed across
 // opsets (Slice's starts/ends became inputs in 10, Unsqueeze's axes in 13), the node may take the
 // form in force at `opset` or any later one, since the core's own rules emit the newest forms

@@ -18,7 +18,7 @@ DType constant_dtype(const Node& n) {
 }
 
 DType output_dtype(const Graph& g, const Node& n, size_t out_index) {
-  if (!n.domain.empty() && n.domain != "ai.onnx") return DType::kUndefined;  // ours are typed when built
+  if (!n.domain.empty()) return DType::kUndefined;  // ours are typed when built
   const std::string& op = n.op_type;
   if (op == "Constant") return constant_dtype(n);
   if (op == "Cast") return static_cast<DType>(n.attrs.get_int("to", 0));

@@ -73,7 +73,7 @@ std::string attribute_kind_problem(const Node& n) {
   }
   // Cast's `to` becomes its output's element type: one dtype.h knows, or nothing downstream (type
   // inference, the planner's byte counts, the kernel) can size it.
-  if (n.op_type == "Cast" && (n.domain.empty() || n.domain == "ai.onnx")) {
+  if (n.op_type == "Cast" && n.domain.empty()) {
     if (!n.attrs.has("to")) return "attribute 'to' is required";
     const int64_t to = n.attrs.get_int("to", 0);  // of kind int: checked above
     if (to < 0 || to > INT32_MAX || !is_valid_dtype(static_cast<int32_t>(to)))
@@ -126,6 +126,10 @@ void verify(const Graph& g) {
     const Node& node = g.nodes[n];
     const std::string who = "node " + node.describe();
     if (node.op_type.empty()) throw VerifyError(who + " has an empty op_type");
+    // The importer spells ONNX's default domain "" (onnx_import.cc); every later stage compares
+    // with "" alone, so a node spelling it out would be taken for an op of another domain.
+    if (node.domain == "ai.onnx")
+      throw VerifyError(who + ": domain 'ai.onnx' must be written \"\" (the importer normalizes it)");
     if (std::string why = attribute_kind_problem(node); !why.empty()) throw VerifyError(who + ": " + why);
     // Every later reader may take a known op's required inputs/outputs by position.
     if (std::string why = arity_problem(g, node); !why.empty()) throw VerifyError(who + ": " + why);

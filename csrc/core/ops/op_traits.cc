@@ -13,8 +13,6 @@ namespace {
 
 using Key = std::pair<std::string, std::string>;  // (domain, op), domain "" for ai.onnx
 
-std::string_view domain_key(std::string_view domain) { return domain == "ai.onnx" ? "" : domain; }
-
 const std::map<Key, OpTraits>& index() {
   static const std::map<Key, OpTraits> idx = [] {
     std::map<Key, OpTraits> m;
@@ -22,7 +20,7 @@ const std::map<Key, OpTraits>& index() {
                          &ops::linalg_ops, &ops::cnn_ops, &ops::nn_ops, &ops::attention_ops,
                          &ops::fused_ops, &ops::random_ops, &ops::aten_ops, &ops::transfer_ops}) {
       for (OpEntry& e : family()) {
-        Key key{std::string(domain_key(e.domain)), std::string(e.op_type)};
+        Key key{std::string(e.domain), std::string(e.op_type)};
         if ((e.traits.random || e.traits.opaque) && e.traits.recomputable)
           throw std::logic_error("ops/: " + key.second + " is random or opaque, so it cannot be recomputable");
         if (!m.emplace(key, std::move(e.traits)).second)
@@ -37,7 +35,7 @@ const std::map<Key, OpTraits>& index() {
 }  // namespace
 
 const OpTraits* find_op(std::string_view domain, std::string_view op_type) {
-  auto it = index().find(Key{std::string(domain_key(domain)), std::string(op_type)});
+  auto it = index().find(Key{std::string(domain), std::string(op_type)});
   return it == index().end() ? nullptr : &it->second;
 }
 

@@ -100,7 +100,8 @@ struct OpEntry {
   OpTraits traits;
 };
 
-// The traits of op_type in domain ("" and "ai.onnx" alike), nullptr for an op without an entry.
+// The traits of op_type in domain ("": ONNX's default, as the importer writes it), nullptr for an
+// op without an entry.
 const OpTraits* find_op(std::string_view domain, std::string_view op_type);
 
 // The node's traits; an op without an entry gets the empty traits (every flag false).

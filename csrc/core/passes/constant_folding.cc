@@ -184,7 +184,7 @@ class ConstantFolding final : public Pass {
     bool changed = false;
     for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
       const Node& n = g.nodes[i];
-      if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 || n.outputs[0] == kNoValue)
+      if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] == kNoValue)
         continue;
       const ValueId out = n.outputs[0];
       if (is_graph_output(g, out)) continue;  // outputs stay produced by nodes

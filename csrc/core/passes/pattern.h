@@ -12,9 +12,9 @@
 
 namespace torch_ort::pattern {
 
-// An ONNX-domain op ("" or "ai.onnx") of this type.
+// An ONNX-domain op of this type (domain "": the importer normalizes "ai.onnx").
 inline bool is_onnx(const Node& n, std::string_view op) {
-  return n.op_type == op && (n.domain.empty() || n.domain == "ai.onnx");
+  return n.op_type == op && n.domain.empty();
 }
 // An op of our domain (com.torch_ort) of this type.
 inline bool is_ours(const Node& n, std::string_view op) { return n.op_type == op && n.domain == kOurDomain; }

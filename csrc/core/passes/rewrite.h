@@ -62,7 +62,7 @@ struct NodePattern {
   NodePattern& with_outputs(int n) { outputs = n; return *this; }
 };
 
-// Node patterns: an ONNX-domain op ("" or "ai.onnx"), an op of our domain, any node satisfying
+// Node patterns: an ONNX-domain op (domain ""), an op of our domain, any node satisfying
 // a predicate (an op family, a trait, attribute checks).
 NodePattern op(std::string op_type);
 NodePattern ours(std::string op_type);

@@ -15,7 +15,7 @@
 namespace torch_ort {
 namespace {
 
-bool is_default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
+bool is_default_domain(const Node& n) { return n.domain.empty(); }
 
 // Shape and Size read only their input's sizes: it may live anywhere, and they compute on the host.
 bool reads_metadata_only(const Node& n) { return op_traits(n).reads_metadata_only; }

@@ -12,8 +12,6 @@ namespace {
 
 constexpr int64_t kMaxValues = 64;  // int tensors larger than this are data, not shapes
 
-std::string domain_key(const std::string& domain) { return domain == "ai.onnx" ? "" : domain; }
-
 }  // namespace
 
 ShapeCtx::ShapeCtx(const Graph& g, const Node& node,
@@ -25,7 +23,7 @@ ShapeCtx::ShapeCtx(const Graph& g, const Node& node,
       values_(values) {}
 
 int64_t ShapeCtx::opset() const {
-  auto it = g_.opset_imports.find(domain_key(node_.domain));
+  auto it = g_.opset_imports.find(node_.domain);
   return it == g_.opset_imports.end() ? (node_.domain.empty() ? 20 : 1) : it->second;
 }
 
@@ -93,14 +91,14 @@ ShapeRegistry& ShapeRegistry::instance() {
 }
 
 bool ShapeRegistry::add(const std::string& domain, const std::string& op, ShapeRule rule) {
-  const std::string key = domain_key(domain) + "::" + op;
+  const std::string key = domain + "::" + op;
   if (!rules_.emplace(key, rule).second)
     throw std::logic_error("shape rule for '" + key + "' registered twice");
   return true;
 }
 
 ShapeRule ShapeRegistry::find(const std::string& domain, const std::string& op) const {
-  auto it = rules_.find(domain_key(domain) + "::" + op);
+  auto it = rules_.find(domain + "::" + op);
   return it == rules_.end() ? nullptr : it->second;
 }
 
