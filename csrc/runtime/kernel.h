@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 
 #include "csrc/core/ir/graph.h"
+#include "csrc/core/ir/op_registry.h"
 
 namespace torch_ort {
 
@@ -130,15 +131,16 @@ class KernelCtx {
   at::Tensor host_input(int i) const;
 };
 
-class KernelRegistry {
+class KernelRegistry : public OpRegistry<KernelFn> {
  public:
   static KernelRegistry& instance();
-  bool add(const std::string& domain, const std::string& op, KernelFn fn);  // throws on duplicates
-  KernelFn find(const std::string& domain, const std::string& op) const;    // nullptr if none
-  std::vector<std::string> ops() const;  // "domain::op" of every kernel (for coverage tests)
+  KernelFn find(const std::string& domain, const std::string& op) const {  // nullptr if none
+    const KernelFn* fn = entry(domain, op);
+    return fn ? *fn : nullptr;
+  }
 
  private:
-  std::map<std::string, KernelFn> kernels_;
+  KernelRegistry() : OpRegistry("kernel") {}
 };
 
 #ifndef TORCH_ORT_CONCAT

@@ -13,24 +13,6 @@ KernelRegistry& KernelRegistry::instance() {
   return r;
 }
 
-bool KernelRegistry::add(const std::string& domain, const std::string& op, KernelFn fn) {
-  const std::string key = domain + "::" + op;
-  if (!kernels_.emplace(key, fn).second)
-    throw std::logic_error("kernel for '" + key + "' registered twice");
-  return true;
-}
-
-KernelFn KernelRegistry::find(const std::string& domain, const std::string& op) const {
-  auto it = kernels_.find(domain + "::" + op);  // the default domain is "" (the importer's)
-  return it == kernels_.end() ? nullptr : it->second;
-}
-
-std::vector<std::string> KernelRegistry::ops() const {
-  std::vector<std::string> out;
-  for (const auto& [k, _] : kernels_) out.push_back(k);
-  return out;
-}
-
 void KernelCtx::fail(const std::string& msg) const {
   throw KernelError(node.describe() + ": " + msg);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "csrc/core/autodiff/grad_ctx.h"
+#include "csrc/core/ir/op_registry.h"
 
 namespace torch_ort {
 
@@ -22,15 +23,15 @@ struct GradientEntry {
   std::string no_gradient_reason;        // set for NO_GRADIENT ops
 };
 
-class GradientRegistry {
+class GradientRegistry : public OpRegistry<GradientEntry> {
  public:
   static GradientRegistry& instance();
-  bool add(const std::string& domain, const std::string& op, GradientEntry entry);
-  const GradientEntry* find(const std::string& domain, const std::string& op) const;
-  std::vector<std::string> ops() const;  // "domain::op" of every entry (for coverage tests)
+  const GradientEntry* find(const std::string& domain, const std::string& op) const {  // nullptr if none
+    return entry(domain, op);
+  }
 
  private:
-  std::map<std::string, GradientEntry> entries_;
+  GradientRegistry() : OpRegistry("gradient") {}
 };
 
 #define TORCH_ORT_CONCAT_INNER(a, b) a##b

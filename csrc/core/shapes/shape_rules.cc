@@ -90,24 +90,6 @@ ShapeRegistry& ShapeRegistry::instance() {
   return r;
 }
 
-bool ShapeRegistry::add(const std::string& domain, const std::string& op, ShapeRule rule) {
-  const std::string key = domain + "::" + op;
-  if (!rules_.emplace(key, rule).second)
-    throw std::logic_error("shape rule for '" + key + "' registered twice");
-  return true;
-}
-
-ShapeRule ShapeRegistry::find(const std::string& domain, const std::string& op) const {
-  auto it = rules_.find(domain + "::" + op);
-  return it == rules_.end() ? nullptr : it->second;
-}
-
-std::vector<std::string> ShapeRegistry::ops() const {
-  std::vector<std::string> out;
-  for (const auto& [k, _] : rules_) out.push_back(k);
-  return out;
-}
-
 Shape broadcast(const ShapeCtx& c, const Shape& a, const Shape& b) {
   if (!a.rank_known || !b.rank_known) return Shape::unknown();
   const size_t n = std::max(a.dims.size(), b.dims.size());

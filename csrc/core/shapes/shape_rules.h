@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "csrc/core/ir/graph.h"
+#include "csrc/core/ir/op_registry.h"
 #include "csrc/core/shapes/sym_dim.h"
 
 namespace torch_ort {
@@ -61,15 +62,16 @@ class ShapeCtx {
 
 using ShapeRule = void (*)(ShapeCtx&);
 
-class ShapeRegistry {
+class ShapeRegistry : public OpRegistry<ShapeRule> {
  public:
   static ShapeRegistry& instance();
-  bool add(const std::string& domain, const std::string& op, ShapeRule rule);  // throws on duplicates
-  ShapeRule find(const std::string& domain, const std::string& op) const;    // nullptr if none
-  std::vector<std::string> ops() const;  // "domain::op" of every rule (coverage tests)
+  ShapeRule find(const std::string& domain, const std::string& op) const {  // nullptr if none
+    const ShapeRule* rule = entry(domain, op);
+    return rule ? *rule : nullptr;
+  }
 
  private:
-  std::map<std::string, ShapeRule> rules_;
+  ShapeRegistry() : OpRegistry("shape rule") {}
 };
 
 #define TORCH_ORT_SHAPE_CONCAT_INNER(a, b) a##b
