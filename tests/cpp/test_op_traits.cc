@@ -176,7 +176,7 @@ TEST(OpTraits, FixedOutputDtypes) {
 }
 
 TEST(OpTraits, GradientsThatNeedOptionalForwardOutputs) {
-  EXPECT_EQ(ops_where([](const OpTraits& t) { return t.grad_needs_optional_outputs; }),
+  EXPECT_EQ(ops_where([](const OpTraits& t) { return t.add_outputs_for_gradient != nullptr; }),
             both(onnx({"Dropout", "LayerNormalization", "MaxPool", "SoftmaxCrossEntropyLoss"}),
                  ours({"CrossEntropyLoss"})));
 }

@@ -15,58 +15,20 @@ namespace {
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// Some gradients need a forward output the exporter left out; ask the forward op for it (the
-// ops with the grad_needs_optional_outputs trait, csrc/core/ops/).
-// SoftmaxCrossEntropyLoss: its gradient is softmax - onehot, computed from log_prob (output 1).
-// Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
-// LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2).
-// MaxPool: backward adds dY at the forward's argmax, its Indices (output 1); see kernels/cnn_pool.cc.
-// ATenOp, PythonOp: autograd's state (results with their history, leaf inputs), see aten_op.h.
+// Some gradients need a forward output the exporter left out; the op's family file says which
+// and adds it (OpTraits::add_outputs_for_gradient: MaxPool's Indices, Dropout's mask,
+// LayerNormalization's statistics, the losses' log-probabilities). ATenOp, PythonOp: autograd's
+// state (results with their history, leaf inputs), see aten_op.h.
 void request_forward_outputs(Graph& g) {
   for (Node& n : g.nodes) {
     if (is_autograd_op(n)) request_aten_autograd_outputs(g, n);
-    const bool rewritten = op_traits(n).grad_needs_optional_outputs;
-    // Those get outputs named after output 0 and shaped like input 0 (a malformed model may
+    const auto add = op_traits(n).add_outputs_for_gradient;
+    if (!add) continue;
+    // The added outputs are named after output 0 and shaped from input 0 (a malformed model may
     // omit either: fuzzer, LayerNormalization with no X).
-    if (rewritten && (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty() ||
-                      n.outputs[0] == kNoValue))
+    if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty() || n.outputs[0] == kNoValue)
       throw GradientError(n.describe() + " has no input 0 or no output 0; its gradient needs both");
-    if (n.domain.empty() && n.op_type == "MaxPool" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
-      ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
-      n.outputs.resize(2, kNoValue);
-      n.outputs[1] = idx;
-    }
-    if (n.domain.empty() && n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != kNoValue &&
-        (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
-      const Value& data = g.value(n.inputs[0]);
-      ValueId mask = g.new_value(g.value(n.outputs[0]).name + "/mask", DType::kBool, data.shape);
-      n.outputs.resize(2, kNoValue);
-      n.outputs[1] = mask;
-    }
-    if (n.domain.empty() && n.op_type == "LayerNormalization") {
-      // Statistics per normalised row: X's dims before `axis`, 1s after; float unless X is double
-      // (stash_type 1, the default).
-      const Value x = g.value(n.inputs.at(0));
-      Shape s = Shape::unknown();
-      if (x.shape.rank_known && x.shape.rank() > 0) {
-        const int64_t r = x.shape.rank(), axis = n.attrs.get_int("axis", -1);
-        s = x.shape;
-        for (int64_t d = axis < 0 ? axis + r : axis; d >= 0 && d < r; ++d) s.dims[d] = Dim::known(1);
-      }
-      const DType st = n.attrs.get_int("stash_type", 1) == 1 && x.dtype != DType::kDouble ? DType::kFloat : x.dtype;
-      n.outputs.resize(3, kNoValue);
-      for (int i : {1, 2})
-        if (n.outputs[i] == kNoValue)
-          n.outputs[i] = g.new_value(g.value(n.outputs[0]).name + (i == 1 ? "/mean" : "/inv_std_dev"), st, s);
-    }
-    const bool ours_ce = n.domain == kOurDomain && n.op_type == "CrossEntropyLoss";
-    if (((n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss") || ours_ce) &&
-        (n.outputs.size() < 2 || n.outputs[1] == kNoValue)) {
-      const Value& scores = g.value(n.inputs.at(0));
-      ValueId lp = g.new_value(g.value(n.outputs[0]).name + "/log_prob", scores.dtype, scores.shape);
-      n.outputs.resize(2, kNoValue);
-      n.outputs[1] = lp;
-    }
+    add(g, n);
   }
 }
 

@@ -15,11 +15,22 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+// MaxPool's gradient adds dY at the forward's argmax: its Indices (output 1).
+void add_maxpool_indices(Graph& g, Node& n) {
+  if (n.outputs.size() >= 2 && n.outputs[1] != kNoValue) return;
+  const ValueId idx = g.new_value(g.value(n.outputs[0]).name + "/indices", DType::kInt64, g.value(n.outputs[0]).shape);
+  n.outputs.resize(2, kNoValue);
+  n.outputs[1] = idx;
+}
+
+}  // namespace
 
 std::vector<OpEntry> cnn_ops() {
   return {
       // Indices (output 1): the gradient adds dY at the forward's argmax.
-      {"", "MaxPool", {.output_dtypes = {DType::kUndefined, DType::kInt64}, .grad_needs_optional_outputs = true}},
+      {"", "MaxPool", {.output_dtypes = {DType::kUndefined, DType::kInt64}, .add_outputs_for_gradient = add_maxpool_indices}},
       // arity: (dY, shape(X))
       {kOurDomain, "AveragePoolGrad", {.host_inputs = {1}, .arity = OpArity{2, 2, 1, 1}}},  // shape(X)
       // arity: (dY, Indices, shape(X))

@@ -12,16 +12,45 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+// LayerNormalization: backward reads the forward's Mean and InvStdDev (outputs 1, 2), one per
+// normalised row: X's dims before `axis`, 1s after; float unless X is double (stash_type 1).
+void add_layer_norm_statistics(Graph& g, Node& n) {
+  const Value x = g.value(n.inputs[0]);
+  Shape s = Shape::unknown();
+  if (x.shape.rank_known && x.shape.rank() > 0) {
+    const int64_t r = x.shape.rank(), axis = n.attrs.get_int("axis", -1);
+    s = x.shape;
+    for (int64_t d = axis < 0 ? axis + r : axis; d >= 0 && d < r; ++d) s.dims[d] = Dim::known(1);
+  }
+  const DType st = n.attrs.get_int("stash_type", 1) == 1 && x.dtype != DType::kDouble ? DType::kFloat : x.dtype;
+  n.outputs.resize(3, kNoValue);
+  for (int i : {1, 2})
+    if (n.outputs[i] == kNoValue)
+      n.outputs[i] = g.new_value(g.value(n.outputs[0]).name + (i == 1 ? "/mean" : "/inv_std_dev"), st, s);
+}
+
+// The losses: their gradient is softmax − onehot, computed from log_prob (output 1).
+void add_log_prob(Graph& g, Node& n) {
+  if (n.outputs.size() >= 2 && n.outputs[1] != kNoValue) return;
+  const Value& scores = g.value(n.inputs[0]);
+  const ValueId lp = g.new_value(g.value(n.outputs[0]).name + "/log_prob", scores.dtype, scores.shape);
+  n.outputs.resize(2, kNoValue);
+  n.outputs[1] = lp;
+}
+
+}  // namespace
 
 std::vector<OpEntry> nn_ops() {
   return {
       // Mean and InvStdDev (outputs 1, 2) for the gradient.
-      {"", "LayerNormalization", {.recomputable = true, .grad_needs_optional_outputs = true}},
+      {"", "LayerNormalization", {.recomputable = true, .add_outputs_for_gradient = add_layer_norm_statistics}},
       // Its log-probabilities (output 1, B·T·vocab) for the gradient softmax − onehot; recomputed
       // from the logits (a graph output).
-      {"", "SoftmaxCrossEntropyLoss", {.recomputable = true, .grad_needs_optional_outputs = true}},
+      {"", "SoftmaxCrossEntropyLoss", {.recomputable = true, .add_outputs_for_gradient = add_log_prob}},
       // arity: (scores, labels, [weights]) -> (loss, [log_prob])
-      {kOurDomain, "CrossEntropyLoss", {.grad_needs_optional_outputs = true, .arity = OpArity{2, 3, 1, 2}}},
+      {kOurDomain, "CrossEntropyLoss", {.add_outputs_for_gradient = add_log_prob, .arity = OpArity{2, 3, 1, 2}}},
       // arity: (dY, indices, shape(W))
       {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(W)
       {kOurDomain, "CrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])

@@ -84,9 +84,11 @@ struct OpTraits {
   // ir/type_inference.cc). ONNX ops only; ours are typed by the code that builds them.
   std::vector<DType> output_dtypes = {};
   // Its gradient reads forward outputs the exporter may leave out (MaxPool's Indices,
-  // Dropout's mask, LayerNormalization's statistics, the loss's log-probabilities):
-  // autodiff/gradient_builder.cc adds them before building gradients.
-  bool grad_needs_optional_outputs = false;
+  // Dropout's mask, LayerNormalization's statistics, the loss's log-probabilities): this adds
+  // them to the node (a value per missing output), before autodiff builds gradients. Written in
+  // the op's family file, beside its gradient rule; called only on a node with input 0 and
+  // output 0 (autodiff/gradient_builder.cc).
+  void (*add_outputs_for_gradient)(Graph& g, Node& n) = nullptr;
   // Our domain's ops only: how many inputs and outputs the op takes and which leading ones are
   // required, per the code that emits the node and the kernel that reads it; verify() holds every
   // node to it (ir/op_arity.h). ONNX ops get theirs from onnx's schemas, never here.

@@ -13,13 +13,26 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+// Dropout in training mode: backward reuses the forward's mask (output 1), never a new draw.
+void add_dropout_mask(Graph& g, Node& n) {
+  if (n.inputs.size() <= 2 || n.inputs[2] == kNoValue || (n.outputs.size() >= 2 && n.outputs[1] != kNoValue))
+    return;
+  const Value& data = g.value(n.inputs[0]);
+  const ValueId mask = g.new_value(g.value(n.outputs[0]).name + "/mask", DType::kBool, data.shape);
+  n.outputs.resize(2, kNoValue);
+  n.outputs[1] = mask;
+}
+
+}  // namespace
 
 std::vector<OpEntry> random_ops() {
   using enum ViewRule;
   return {
       // ratio, training_mode on the host; the mask (output 1) for the gradient, never a new draw.
       {"", "Dropout", {.random = true, .host_inputs = {1, 2}, .view = kDropout,
-                       .output_dtypes = {DType::kUndefined, DType::kBool}, .grad_needs_optional_outputs = true}},
+                       .output_dtypes = {DType::kUndefined, DType::kBool}, .add_outputs_for_gradient = add_dropout_mask}},
       {"", "Bernoulli", {.random = true}},
       {"", "Multinomial", {.random = true}},
       {"", "RandomNormal", {.random = true}},
