@@ -60,11 +60,6 @@ namespace {
 
 // --- shape rules (shapes/shape_rules.h)
 
-// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
-// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
-// values), so there is nothing to infer, only the declaration to keep. The run-time check
-// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // An ATen operator carried by name: the core knows nothing of its semantics, so its results keep
 // the shapes the exporter recorded (or stay unknown); never an error.

@@ -152,7 +152,6 @@ void conv_transpose_shape(ShapeCtx& c) {
   c.set(0, out);
 }
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 // BatchNormalization(X, scale, B, mean, var) -> (Y, running_mean?, running_var?) in opset >= 14;
 // opsets 9-13 add saved_mean and saved_var. Every statistic has the shape of `mean` (C).
@@ -166,11 +165,6 @@ void batch_norm_shape(ShapeCtx& c) {
   for (int k = 1; k < c.num_outputs(); ++k) c.set(k, stat);
 }
 
-// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
-// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
-// values), so there is nothing to infer, only the declaration to keep. The run-time check
-// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // --- gradient rules (autodiff/gradient_registry.h)
 

@@ -79,7 +79,6 @@ namespace {
 
 // --- shape rules (shapes/shape_rules.h)
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 // Identity-like ops also pass the values of a shape computation through.
 void identity_shape(ShapeCtx& c) {
@@ -162,11 +161,6 @@ void div_shape(ShapeCtx& c) {
 // Our activation gradients read (dY, Y): the gradient has their common shape.
 void activation_grad_shape(ShapeCtx& c) { c.set(0, broadcast(c, c.in(0), c.in(1))); }
 
-// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
-// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
-// values), so there is nothing to infer, only the declaration to keep. The run-time check
-// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // --- gradient rules (autodiff/gradient_registry.h)
 

@@ -103,9 +103,6 @@ void skip_layer_norm_shape(ShapeCtx& c) {
   c.set(2, stats);
 }
 
-// SkipLayerNormGrad(dY, [dSum], Sum, Gamma, Mean, InvStdDev) -> (dX, [dGamma], [dBeta], [dBias]):
-// the gradient builder declares each output like the input it differentiates.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // --- gradient rules (autodiff/gradient_registry.h)
 

@@ -63,7 +63,6 @@ void gather_nd_shape(ShapeCtx& c) {
   c.set(0, out);
 }
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 void same_as_input1(ShapeCtx& c) { c.set(0, c.in(1)); }
 
@@ -84,11 +83,6 @@ void one_hot_shape(ShapeCtx& c) {
   c.set(0, x);
 }
 
-// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
-// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
-// values), so there is nothing to infer, only the declaration to keep. The run-time check
-// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // --- gradient rules (autodiff/gradient_registry.h)
 

@@ -97,7 +97,6 @@ namespace {
 
 // --- shape rules (shapes/shape_rules.h)
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 void same_as_input1(ShapeCtx& c) { c.set(0, c.in(1)); }
 
@@ -142,11 +141,6 @@ void embedding_shape(ShapeCtx& c) {
   c.set(0, out);
 }
 
-// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
-// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
-// values), so there is nothing to infer, only the declaration to keep. The run-time check
-// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
-void declared_by_gradient_builder(ShapeCtx&) {}
 
 // --- gradient rules (autodiff/gradient_registry.h)
 

@@ -54,7 +54,6 @@ namespace {
 
 // --- shape rules (shapes/shape_rules.h)
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 // Dropout(X, ratio?, training_mode?) -> (Y, mask): both have X's shape.
 void dropout_shape(ShapeCtx& c) {

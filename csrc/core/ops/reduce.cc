@@ -100,7 +100,6 @@ void topk_shape(ShapeCtx& c) {
   c.set(1, x);
 }
 
-void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
 // Our (dY, Y) gradients of softmax-like ops: the common shape of both.
 void softmax_grad_shape(ShapeCtx& c) { c.set(0, broadcast(c, c.in(0), c.in(1))); }

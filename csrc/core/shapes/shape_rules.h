@@ -81,6 +81,14 @@ class ShapeRegistry : public OpRegistry<ShapeRule> {
       ::torch_ort::ShapeRegistry::instance().add(domain, op, fn)
 #define REGISTER_SHAPE_RULE(op, fn) REGISTER_SHAPE_RULE_IN("", op, fn)
 
+// Rules many ops share. Output 0 has input 0's shape (elementwise unary ops and the like).
+void same_as_input0(ShapeCtx& c);
+// Our gradient ops whose output shapes the gradient builder declares when it emits them: a
+// gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
+// values), so there is nothing to infer, only the declaration to keep. The run-time check
+// (Engine.check_shapes, tests/python/test_shapes.py) holds those declarations to the real tensors.
+void declared_by_gradient_builder(ShapeCtx& c);
+
 // --- helpers shared by the rules of the family files (csrc/core/ops/<family>.cc)
 // Numpy broadcasting of two shapes; fails (naming the node) on two different known sizes
 // neither of which is 1. Unknown rank in -> unknown out.
