@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import cpu_model  # noqa: E402
 from op_table import OURS, Case, single_node_model  # noqa: E402
-from op_table.fused_gelu_ops import GELU_NEW, program_grads, run_program  # noqa: E402
+from op_table.fused import GELU_NEW, program_grads, run_program  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 from torch_ort import _C  # noqa: E402

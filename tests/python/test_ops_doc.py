@@ -77,3 +77,23 @@ def test_every_location_on_the_page_names_its_op():
             if name.lower() not in text.lower():
                 bad.append(f"{label}: {path}:{line} reads {text.strip()!r}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_op_lives_in_one_family_and_its_parity_rows_say_so(ops):
+    """An op's traits line, shape rule and gradient entry are in one family file
+    (csrc/core/ops/<family>.cc), and its parity rows in the op_table module of that name."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    from op_table import ALL_CASES
+
+    def family(o):
+        files = {where.split(":")[0] for where in (o.shape, o.gradient, o.traits_at) if where}
+        core = {f for f in files if f.startswith("csrc/core/ops/")}
+        assert core == files, f"{o.label}: parts outside csrc/core/ops: {sorted(files - core)}"
+        assert len(core) <= 1, f"{o.label}: parts in several family files: {sorted(core)}"
+        return pathlib.Path(core.pop()).stem if core else None
+
+    families = {o.key: family(o) for o in ops.values()}
+    misplaced = [(c.id, c.family, families.get(f"{c.domain}::{c.op}")) for c in ALL_CASES
+                 if families.get(f"{c.domain}::{c.op}") not in (None, c.family)]
+    assert not misplaced, f"parity rows outside their op's family module (id, module, family): {misplaced}"

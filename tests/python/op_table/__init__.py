@@ -2,11 +2,15 @@
 each run as a single-node ONNX model through torch_ort._C.Engine and compared with eager PyTorch —
 forward for every row, backward for every row whose op has a gradient rule.
 
-Rows live in one module per op family (core_ops.py, ...); ALL_CASES collects every module here.
+Rows live in one module per op family, named as the family file that defines the op
+(csrc/core/ops/<family>.cc: elementwise.py, shape.py, ...); ALL_CASES collects every module here.
+Each module draws its random inputs from the generator reseeded for it (by its name), so a row
+added to one family leaves every other family's inputs as they were.
 """
 import dataclasses
 import importlib
 import pkgutil
+import zlib
 from typing import Callable
 
 import torch
@@ -107,7 +111,11 @@ def single_node_model(case, expected):
 def _collect():
     cases = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        cases.extend(importlib.import_module(f"{__name__}.{info.name}").CASES)
+        _gen.manual_seed(zlib.crc32(info.name.encode()))
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for case in module.CASES:
+            case.family = info.name  # the module it is written in (test_ops_doc.py checks it)
+        cases.extend(module.CASES)
     return cases
 
 

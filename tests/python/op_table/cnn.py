@@ -1,10 +1,9 @@
-"""Op cases of the CNN family: convolutions, pools, batch normalization and their gradient ops.
-References are eager PyTorch; asymmetric pads (which PyTorch has no argument for) are written
-as an explicit F.pad, and windows PyTorch cannot pool that way as an unfold over the windows."""
+"""The cnn family (csrc/core/ops/cnn.cc): convolutions, pooling, batch normalization and their gradients."""
 import torch
 import torch.nn.functional as F
 
-from op_table import OURS, Case, f, i64, pos
+from op_table import Case, OURS, f, i64, pos  # noqa: F401
+
 
 NEG_INF = float("-inf")
 
@@ -96,9 +95,16 @@ def max_pool_grad_ref(dy, idx, shape):
 
 
 _x4, _x3, _x5 = f(2, 4, 7, 6), f(2, 4, 9), f(1, 2, 5, 4, 6)
+
+
 _pool_x = f(2, 3, 8, 7)
+
+
 _gmp_x = f(2, 3, 4, 5)
+
+
 _mp = F.max_pool2d(_pool_x, 2, 2, return_indices=True)
+
 
 CASES = [
     # --- Conv: X (N, C, D...), W (M, C/group, k...), [B]

@@ -1,15 +1,19 @@
-"""Rows for our fused attention: Attention (Q, K, V, [mask]) -> (Y, LogSumExp) against
-F.scaled_dot_product_attention (LogSumExp against logsumexp of the scores), and AttentionGrad
-against SDPA's autograd. Shapes (B, H, T, D); rows cover the flash path (causal, 2-D and 4-D
-masks, cross attention, f64, f16) and the math path (head sizes that differ, broadcast heads)."""
+"""The attention family (csrc/core/ops/attention.cc): Attention and AttentionGrad."""
 import torch
 import torch.nn.functional as F
 
-from op_table import OURS, Case, f
+from op_table import Case, OURS, f  # noqa: F401
+
 
 SCALE = 0.35
+
+
 _q, _k, _v = f(2, 3, 5, 8), f(2, 3, 7, 8), f(2, 3, 7, 8)  # cross attention: L = 5, S = 7
+
+
 _mask4, _mask2 = f(2, 1, 5, 7), f(5, 7)
+
+
 _kv_one_head = f(2, 1, 7, 8)
 
 
@@ -73,6 +77,8 @@ def attrs(causal=False, scale=SCALE):
 
 
 _q5, _k5, _v5 = f(2, 3, 5, 8), f(2, 3, 5, 8), f(2, 3, 5, 8)
+
+
 CASES = [
     Case("Attention", [_q5, _k5, _v5], attention(causal=True), attrs(True), domain=OURS, n_out=2,
          id="Attention-causal"),

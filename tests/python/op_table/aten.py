@@ -1,11 +1,9 @@
-"""Op cases of com.torch_ort::ATenOp, the ATen fallback node: one row per argument kind the
-exporter side encodes (tensor, tensors, int, ints, float, bool, str, dtype, none, default, item,
-wrapped numbers), and multi-output ops. Backward parity runs its gradient, ATenOpGrad (autograd)."""
+"""ATenOp rows: ATen operators carried through our graph by name (csrc/core/ops/aten.cc)."""
 import numpy as np
 import torch
 from onnx import TensorProto, numpy_helper
 
-from op_table import OURS, Case, f, pos
+from op_table import Case, OURS, f, pos  # noqa: F401
 
 
 def aten(name, overload="", kinds=(), **args):
@@ -50,5 +48,5 @@ CASES = [
         aten("add", "Tensor", kinds=["tensor", "float", "int"], arg0=0, arg1=0.5, arg2=2)),
     row("special_zeta-scalar-overload", [pos(3) + 1.0], lambda x: torch.special.zeta(x, 2.5),
         aten("special_zeta", "other_scalar", kinds=["tensor", "float"], arg0=0, arg1=2.5),
-        check_grad=False),  # PyTorch has no derivative for zeta's first argument either
+        check_grad=False),  # PyTorch has no derivative for zeta's first argument either,
 ]

@@ -1,9 +1,10 @@
-"""Op cases of the NN family: LayerNormalization, Gelu, Erf, Dropout edge cases, our Embedding and
-CrossEntropyLoss (label smoothing), and the gradient ops their rules emit."""
+"""The nn family (csrc/core/ops/nn.cc): layer normalization, losses, embedding and their gradients."""
 import torch
 import torch.nn.functional as F
+from onnx import TensorProto, numpy_helper
 
-from op_table import OURS, Case, f, i64, labels, lp, pos
+from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
+
 
 aten = torch.ops.aten
 
@@ -36,10 +37,36 @@ def ce_grad(reduction="mean", ignore_index=-100, ls=0.1):
 
 
 _x, _w = f(4, 6), f(6)
+
+
 _, _mean, _rstd = ln_stats(_x, _w, None)
+
+
 _pad_ids = torch.tensor([[1, 3, 1], [0, 9, 3]])
 
+
 CASES = [
+    Case("SoftmaxCrossEntropyLoss", [f(6, 5), labels(6, classes=5)],
+         lambda x, y: (F.cross_entropy(x, y), torch.log_softmax(x, 1)), n_out=2),
+    Case("SoftmaxCrossEntropyLoss", [f(3, 4, 2, 2), labels(3, 2, 2, classes=4), pos(4)],
+         lambda x, y, w: F.cross_entropy(x, y, weight=w, reduction="sum"), attrs=dict(reduction="sum"),
+         id="SCE-4d-weights-sum"),
+    Case("SoftmaxCrossEntropyLoss", [f(3, 4, 5), torch.tensor([[0, 1, 2, 3, 1]] * 3)],
+         lambda x, y: F.cross_entropy(x, y, reduction="none", ignore_index=1),
+         attrs=dict(reduction="none", ignore_index=1), id="SCE-3d-ignore-none"),
+    Case("NegativeLogLikelihoodLoss", [lp(6, 5), labels(6, classes=5)], F.nll_loss),
+    Case("NegativeLogLikelihoodLoss", [lp(2, 3, 4), torch.tensor([[0, 2, 1, 2], [1, 1, 0, 2]]), pos(3)],
+         lambda x, y, w: F.nll_loss(x, y, weight=w, ignore_index=2), attrs=dict(ignore_index=2),
+         id="NLL-3d-weights-ignore"),
+    Case("SoftmaxCrossEntropyLossGrad", [torch.tensor(1.5), lp(6, 5), labels(6, classes=5)],
+         sce_grad("mean"), domain=OURS),
+    Case("SoftmaxCrossEntropyLossGrad", [f(3, 5), lp(3, 4, 5), torch.tensor([[0, 1, 2, 3, 1]] * 3), pos(4)],
+         sce_grad("none", ignore_index=1), attrs=dict(reduction="none", ignore_index=1), domain=OURS,
+         id="SCEGrad-3d-weights-ignore-none"),
+    Case("SoftmaxCrossEntropyLossGrad", [torch.tensor(0.7), lp(2, 3, 2, 2), labels(2, 2, 2, classes=3)],
+         sce_grad("sum"), attrs=dict(reduction="sum"), domain=OURS, id="SCEGrad-4d-sum"),
+    Case("NegativeLogLikelihoodLossGrad", [torch.tensor(2.0), lp(6, 5), labels(6, classes=5), pos(5)],
+         nll_grad("mean"), domain=OURS),
     # --- LayerNormalization: (X, Scale, [B]) -> (Y, [Mean], [InvStdDev])
     Case("LayerNormalization", [f(2, 3, 5), f(5), f(5)], lambda x, w, b: F.layer_norm(x, (5,), w, b)),
     Case("LayerNormalization", [f(2, 3, 4), f(3, 4), f(3, 4)], lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
@@ -54,17 +81,6 @@ CASES = [
     Case("LayerNormalization", [f(3, 8, dtype=torch.float16), f(8, dtype=torch.float16), f(8, dtype=torch.float16)],
          lambda x, w, b: (lambda y, m, r: (y, m.float(), r.float()))(*ln_stats(x, w, b)), n_out=3,
          id="LayerNormalization-f16-stash-float"),
-    # --- Gelu (opset 20) and Erf
-    Case("Gelu", [f(3, 7)], F.gelu),
-    Case("Gelu", [f(3, 7)], lambda x: F.gelu(x, approximate="tanh"), attrs=dict(approximate="tanh"), id="Gelu-tanh"),
-    Case("Gelu", [f(4, dtype=torch.float64)], F.gelu, id="Gelu-f64"),
-    Case("Erf", [f(3, 4)], torch.erf),
-    # --- Dropout edge cases (seeded rows in core_ops.py; bit-exactness in test_nn_ops.py)
-    Case("Dropout", [f(4, 5), torch.tensor(1.0), torch.tensor(True)],
-         lambda x, r, t: (x * 0, torch.zeros(4, 5, dtype=torch.bool)), n_out=2, id="Dropout-p1"),
-    Case("Dropout", [f(30, 20, dtype=torch.float16), torch.tensor(0.2, dtype=torch.float64), torch.tensor(True)],
-         lambda x, r, t: (lambda y: (y, y != 0))(F.dropout(x, 0.2, training=True)), n_out=2, seed=3,
-         id="Dropout-f16-double-ratio"),
     # --- ours: Embedding(weight, indices; padding_idx, scale_grad_by_freq)
     Case("Embedding", [f(10, 4), _pad_ids], lambda w, i: F.embedding(i, w, padding_idx=1),
          attrs=dict(padding_idx=1), domain=OURS),
@@ -89,10 +105,6 @@ CASES = [
     # --- gradient ops of our domain
     Case("LayerNormalizationGrad", [f(4, 6), _x, _w, _mean, _rstd], ln_backward(0), domain=OURS),
     Case("LayerNormalizationScaleGrad", [f(4, 6), _x, _w, _mean, _rstd], ln_backward(1), domain=OURS),
-    Case("GeluGrad", [f(3, 5), f(3, 5)], lambda dy, x: aten.gelu_backward(dy, x), domain=OURS),
-    Case("GeluGrad", [f(3, 5), f(3, 5)], lambda dy, x: aten.gelu_backward(dy, x, approximate="tanh"),
-         attrs=dict(approximate="tanh"), domain=OURS, id="GeluGrad-tanh"),
-    Case("ErfGrad", [f(3, 4), f(3, 4)], lambda dy, x: dy * 2 / torch.pi ** 0.5 * torch.exp(-x * x), domain=OURS),
     Case("EmbeddingGrad", [f(2, 3, 4), _pad_ids, i64(10, 4)],
          lambda dy, i, s: aten.embedding_dense_backward(dy, i, 10, 1, False), attrs=dict(padding_idx=1), domain=OURS),
     Case("EmbeddingGrad", [f(4, 2), i64(2, 2, 5, 2), i64(6, 2)],
@@ -107,6 +119,4 @@ CASES = [
          id="CrossEntropyLossGrad-mean-weights-ignore"),
     Case("CrossEntropyLossGrad", [torch.tensor(0.4), lp(2, 3, 2, 2), labels(2, 2, 2, classes=3)],
          ce_grad("sum")[1], attrs=ce_grad("sum")[0], domain=OURS, id="CrossEntropyLossGrad-4d-sum"),
-    Case("DropoutGrad", [f(3, 4), f(3, 4) > 0, torch.tensor(1.0), torch.tensor(True)],
-         lambda dy, m, r, t: torch.zeros(3, 4), domain=OURS, id="DropoutGrad-p1"),
 ]

@@ -1,0 +1,48 @@
+"""The index family (csrc/core/ops/index.cc): gathers, scatters and their gradients."""
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, numpy_helper
+
+from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
+
+
+t = torch.tensor
+
+
+CASES = [
+    Case("Gather", [f(5, 3), torch.tensor([[0, -1], [2, 4]])], lambda d, i: d[i % 5]),
+    Case("Gather", [f(2, 5), i64(3, 0)], lambda d, i: d[:, [3, 0]], attrs=dict(axis=1), id="Gather-axis1"),
+    Case("Gather", [f(4, 3), torch.tensor(2)], lambda d, i: d[2], id="Gather-scalar-index"),
+    # --- Gather family: repeated and negative indices (backward must sum them)
+    Case("Gather", [f(5, 3), i64(1, -1, 1, 0, 1)], lambda d, i: d[i % 5], id="Gather-repeated-neg"),
+    Case("Gather", [f(10, 4), t([[1, 2, 1], [9, -1, 0]])], lambda d, i: torch.nn.functional.embedding(i % 10, d),
+         id="Gather-embedding"),
+    Case("Gather", [f(2, 3, 4), t([[0, 3], [3, -4]])], lambda d, i: d[:, :, i % 4], attrs=dict(axis=2),
+         id="Gather-axis2-2d-idx"),
+    Case("Gather", [f(6, 4, dtype=torch.float16), i64(1, 5, 1)], lambda d, i: d[i], id="Gather-f16"),
+    Case("GatherElements", [f(3, 4), t([[0, 3], [3, -1], [1, 1]])], lambda d, i: torch.gather(d, 1, i % 4),
+         attrs=dict(axis=1)),
+    Case("GatherElements", [f(2, 3), t([[2, -1], [0, 0]], dtype=torch.int32)],
+         lambda d, i: torch.gather(d, 1, i.long() % 3), attrs=dict(axis=1), id="GatherElements-int32-indices"),
+    Case("GatherElements", [f(3, 4), t([[2, 0, -3], [2, 2, 1]])], lambda d, i: torch.gather(d, 0, i % 3),
+         id="GatherElements-axis0-smaller"),
+    Case("GatherND", [f(3, 4, 2), t([[0, 1], [2, -1], [0, 1]])], lambda d, i: d[i[:, 0] % 3, i[:, 1] % 4]),
+    Case("GatherND", [f(3, 4), t([[[2], [0]], [[2], [-3]]])], lambda d, i: d[i[..., 0] % 3], id="GatherND-rows"),
+    Case("GatherND", [f(2, 3, 4), t([[[0], [2]], [[1], [1]]])], lambda d, i: d[torch.arange(2)[:, None], i[..., 0]],
+         attrs=dict(batch_dims=1), id="GatherND-batch-dims1"),
+    Case("GatherND", [i64(4, 5, 6, 7).reshape(2, 2), t([[1, 0], [0, -1]])], lambda d, i: d[i[:, 0], i[:, 1] % 2],
+         id="GatherND-int64"),
+    # --- our domain: gradient ops emitted by the rules above
+    Case("GatherGrad", [f(4, 3), i64(5, 3), i64(1, -1, 1, 0)],
+         lambda dy, s, i: torch.zeros(5, 3).index_add(0, i % 5, dy), domain=OURS),
+    Case("GatherGrad", [f(2, 2, 2, 4), i64(2, 3, 4), t([[0, 2], [2, -1]])],
+         lambda dy, s, i: torch.zeros(2, 3, 4).index_add(1, (i % 3).reshape(-1), dy.reshape(2, 4, 4)),
+         attrs=dict(axis=1), domain=OURS, id="GatherGrad-axis1-2d"),
+    Case("GatherElementsGrad", [f(3, 2), i64(3, 4), t([[0, 3], [3, -1], [1, 1]])],
+         lambda dy, s, i: torch.zeros(3, 4).scatter_add(1, i % 4, dy), attrs=dict(axis=1), domain=OURS),
+    Case("GatherNDGrad", [f(3, 2), i64(3, 4, 2), t([[0, 1], [2, -1], [0, 1]])],
+         lambda dy, s, i: torch.zeros(3, 4, 2).index_put((i[:, 0], i[:, 1] % 4), dy, accumulate=True), domain=OURS),
+    Case("GatherNDGrad", [f(2, 2, 4), i64(2, 3, 4), t([[[0], [0]], [[1], [2]]])],
+         lambda dy, s, i: torch.zeros(2, 3, 4).index_put((torch.arange(2)[:, None], i[..., 0]), dy, accumulate=True),
+         attrs=dict(batch_dims=1), domain=OURS, id="GatherNDGrad-batch-dims1"),
+]

@@ -1,0 +1,18 @@
+"""The linalg family (csrc/core/ops/linalg.cc): MatMul and Gemm."""
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, numpy_helper
+
+from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
+
+
+CASES = [
+    Case("MatMul", [f(3, 4), f(4, 2)], torch.matmul),
+    Case("MatMul", [f(2, 1, 3, 4), f(5, 4, 2)], torch.matmul, id="MatMul-batched-bcast"),
+    Case("MatMul", [f(4), f(2, 4, 3)], torch.matmul, id="MatMul-1d"),
+    Case("Gemm", [f(3, 4), f(4, 5), f(5)], lambda a, b, c: a @ b + c),
+    Case("Gemm", [f(4, 3), f(5, 4), f(3, 5)], lambda a, b, c: 0.5 * a.T @ b.T + 2.0 * c,
+         attrs=dict(transA=1, transB=1, alpha=0.5, beta=2.0), id="Gemm-trans-alpha-beta"),
+    Case("Gemm", [f(3, 4), f(4, 5), None], lambda a, b: 3.0 * (a @ b), attrs=dict(alpha=3.0), id="Gemm-noC"),
+    Case("Gemm", [f(3, 4), f(4, 5), f(3, 1)], lambda a, b, c: a @ b + c, id="Gemm-C-col"),
+]

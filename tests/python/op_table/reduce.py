@@ -1,0 +1,52 @@
+"""The reduce family (csrc/core/ops/reduce.cc): reductions, softmax, CumSum and their gradients."""
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, numpy_helper
+
+from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # noqa: F401
+
+
+def cumsum(axis, exclusive=False, reverse=False):
+    """ONNX CumSum written with torch ops: flip for reverse, shift one place for exclusive."""
+    def ref(x, _axis):
+        y = (x.flip(axis) if reverse else x).cumsum(axis, dtype=x.dtype)
+        if exclusive:
+            y = torch.cat([torch.zeros_like(y.narrow(axis, 0, 1)), y.narrow(axis, 0, y.size(axis) - 1)], axis)
+        return y.flip(axis) if reverse else y
+    return ref
+
+
+CASES = [
+    Case("Softmax", [f(2, 3, 4)], lambda x: torch.softmax(x, -1)),
+    Case("Softmax", [f(2, 3, 4)], lambda x: torch.softmax(x, 1), attrs=dict(axis=1), id="Softmax-axis1"),
+    Case("Softmax", [f(2, 3, 4)], lambda x: torch.softmax(x.reshape(2, 12), 1).reshape(2, 3, 4),
+         opset=11, id="Softmax-opset11-coerced"),
+    Case("LogSoftmax", [f(3, 5)], lambda x: torch.log_softmax(x, -1)),
+    Case("LogSoftmax", [f(2, 3, 4)], lambda x: torch.log_softmax(x, 0), attrs=dict(axis=-3), id="LogSoftmax-neg-axis"),
+    Case("ReduceSum", [f(2, 3, 4), i64(1)], lambda x, a: x.sum(1, keepdim=True)),
+    Case("ReduceSum", [f(2, 3, 4), i64(0, -1)], lambda x, a: x.sum((0, 2)), attrs=dict(keepdims=0),
+         consts=(1,), id="ReduceSum-const-axes"),
+    Case("ReduceSum", [f(2, 3), None], lambda x: x.sum().reshape(1, 1), id="ReduceSum-all"),
+    Case("ReduceSum", [f(2, 3), None], lambda x: x, attrs=dict(noop_with_empty_axes=1), id="ReduceSum-noop"),
+    Case("ReduceSum", [torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), i64(1)],
+         lambda x, a: x.sum(1, keepdim=True, dtype=torch.int32), id="ReduceSum-int32"),
+    Case("ReduceMean", [f(2, 3, 4), i64(-1)], lambda x, a: x.mean(-1), attrs=dict(keepdims=0)),
+    Case("CumSum", [f(2, 3, 4), i64(1)], cumsum(1)),
+    Case("CumSum", [f(2, 3, 4), i64(-1)], cumsum(-1, exclusive=True), attrs=dict(exclusive=1), id="CumSum-exclusive"),
+    Case("CumSum", [f(2, 3, 4), i64(0)], cumsum(0, reverse=True), attrs=dict(reverse=1), id="CumSum-reverse"),
+    Case("CumSum", [f(5, 3), i64(0)], cumsum(0, exclusive=True, reverse=True), attrs=dict(exclusive=1, reverse=1),
+         consts=(1,), id="CumSum-exclusive-reverse-const-axis"),
+    Case("CumSum", [torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.int32), i64(1)], cumsum(1), id="CumSum-int32"),
+    Case("ReduceMean", [f(2, 3, 4)], lambda x: x.mean((0, 2), keepdim=True), attrs=dict(axes=[0, 2]),
+         opset=13, id="ReduceMean-opset13-attr"),
+    Case("SoftmaxGrad", [f(2, 3, 4), torch.softmax(f(2, 3, 4), 1)],
+         lambda dy, y: y * (dy - (dy * y).sum(1, keepdim=True)), attrs=dict(axis=1), domain=OURS),
+    Case("LogSoftmaxGrad", [f(3, 5), torch.log_softmax(f(3, 5), -1)],
+         lambda dy, y: dy - y.exp() * dy.sum(-1, keepdim=True), domain=OURS),
+    Case("SumToShape", [f(2, 3, 4), i64(3, 1)], lambda dy, s: dy.sum(0).sum(1, keepdim=True), domain=OURS),
+    Case("ReduceSumGrad", [f(2, 4), i64(2, 3, 4)], lambda dy, s: dy.unsqueeze(1).expand(2, 3, 4),
+         attrs=dict(axes=[1], keepdims=0), domain=OURS),
+    Case("ReduceSumGrad", [f(1, 1), i64(2, 3)], lambda dy, s: dy.expand(2, 3), domain=OURS, id="ReduceSumGrad-all"),
+    Case("ReduceMeanGrad", [f(2, 1, 1), i64(2, 3, 4)], lambda dy, s: dy.expand(2, 3, 4) / 12,
+         attrs=dict(axes=[1, -1]), domain=OURS),
+]
