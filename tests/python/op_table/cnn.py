@@ -98,11 +98,7 @@ _x4, _x3, _x5 = f(2, 4, 7, 6), f(2, 4, 9), f(1, 2, 5, 4, 6)
 
 
 _pool_x = f(2, 3, 8, 7)
-
-
 _gmp_x = f(2, 3, 4, 5)
-
-
 _mp = F.max_pool2d(_pool_x, 2, 2, return_indices=True)
 
 

@@ -7,14 +7,8 @@ from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # 
 
 
 t = torch.tensor
-
-
 _tie = f(3, 4)
-
-
 _tie_b = torch.where(f(3, 4) > 0, _tie, _tie - 1)  # equal to _tie at about half the places
-
-
 _row = f(4)
 
 

@@ -6,8 +6,6 @@ from op_table import Case, OURS, f, pos  # noqa: F401
 
 
 aten = torch.ops.aten
-
-
 _EAGER = {
     "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "Neg": torch.neg,
     "Exp": torch.exp, "Log": torch.log, "Tanh": torch.tanh, "Sigmoid": torch.sigmoid, "Relu": torch.relu,

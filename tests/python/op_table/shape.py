@@ -7,8 +7,6 @@ from op_table import Case, OURS, f, i64, labels, lp, nll_grad, pos, sce_grad  # 
 
 
 BIG = 2**63 - 1  # what the exporter writes for "to the end"
-
-
 t = torch.tensor
 
 
