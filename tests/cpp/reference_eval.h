@@ -1,6 +1,9 @@
 // Reference evaluator (test oracle): runs an IR graph node by node in double precision, torch-free.
 // Covers the forward ops of MLP models and every op our gradient rules emit; slow and simple on
 // purpose. Integers and bools are stored as doubles; the dtype is kept so shapes/indices stay ints.
+// The ops of the core evaluator (csrc/core/eval/eval.h: shape arithmetic, Cast, Add/Sub/Mul/Div,
+// Gather, Slice, ...) are not written here: eval_node hands them to it, which constant folding
+// uses too, so their meaning is written once.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Reference evaluator: comparisons and logic, variadic Max/Min and their gradient op, CastLike,
+// Reference evaluator: comparisons and logic, variadic Max/Min and their gradient op,
 // Trilu and Range, in double with numpy broadcasting.
 #include <algorithm>
 #include <cmath>
@@ -67,13 +67,6 @@ const bool kRegistered = [] {
     RefTensor r{X(0).dtype, {0}, {}};
     for (int64_t i = 0, n = std::max<int64_t>(int64_t(std::ceil((l - s) / d)), 0); i < n; ++i) r.data.push_back(s + i * d);
     r.shape[0] = int64_t(r.data.size());
-    return {r};
-  });
-  reg("CastLike", [](const Node&, const Ins& in) -> Outs {
-    RefTensor r = X(0);
-    r.dtype = X(1).dtype;
-    if (r.dtype == DType::kBool) for (auto& v : r.data) v = v != 0;
-    else if (!is_floating(r.dtype)) for (auto& v : r.data) v = std::trunc(v);
     return {r};
   });
   for (const bool is_max : {true, false})

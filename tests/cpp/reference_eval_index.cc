@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "csrc/core/eval/eval.h"
 #include "tests/cpp/reference_eval.h"
 
 namespace torch_ort::ref {
@@ -58,22 +59,11 @@ std::vector<Dims> all_of(const Dims& shape) {
   return pick;
 }
 
-// Slice as Python slicing: (data or shape, starts, ends, axes?, steps?) at inputs [first, first+4).
+// Slice's picks, from the core evaluator: (data or shape, starts, ends, axes?, steps?) at inputs
+// [first, first+4).
 std::vector<Dims> slice_pick(const Node& n, const Dims& shape, const Ins& in, size_t first) {
   auto opt = [&](size_t i) { return in.size() > i && in[i] ? ints(*in[i]) : Dims{}; };
-  Dims starts = opt(first), ends = opt(first + 1), axes = opt(first + 2), steps = opt(first + 3);
-  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  std::vector<Dims> pick = all_of(shape);
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t a = axis_of(n, axes.at(i), shape.size()), dim = shape[a], st = steps.at(i);
-    int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i], e = ends.at(i) < 0 ? ends[i] + dim : ends[i];
-    if (st > 0) b = std::clamp<int64_t>(b, 0, dim), e = std::clamp<int64_t>(e, 0, dim);
-    else b = std::min(std::max<int64_t>(b, 0), dim - 1), e = std::min(std::max<int64_t>(e, -1), dim - 1);
-    pick[a].clear();
-    for (int64_t j = b; st > 0 ? j < e : j > e; j += st) pick[a].push_back(j);
-  }
-  return pick;
+  return eval::slice_picks(n, shape, opt(first), opt(first + 1), opt(first + 2), opt(first + 3));
 }
 
 // Split sizes: the split input, else num_outputs / the output count (ceil chunks, smaller last).
@@ -168,7 +158,6 @@ const bool kRegistered = [] {
       for (int64_t j = 0; j < len; ++j) r.data[i + j] += X(0).data[o + j]; });
     return {r};
   });
-  reg("Slice", [](const Node& n, const Ins& in) -> Outs { return {select(X(0), slice_pick(n, X(0).shape, in, 1))}; });
   ours("SliceGrad", [](const Node& n, const Ins& in) -> Outs {
     const Dims shape = ints(X(1));
     return {scatter(X(0), shape, slice_pick(n, shape, in, 2))};

@@ -1,0 +1,72 @@
+// The core evaluator (csrc/core/eval): integers exact where doubles would not be, failures as
+// EvalError, the result bound checked before anything is built, and the test oracle delegating
+// the evaluator's ops to it.
+#include <cstdint>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "csrc/core/eval/eval.h"
+#include "tests/cpp/reference_eval.h"
+
+namespace torch_ort {
+namespace {
+
+using eval::Tensor;
+
+Node op(const std::string& type) {
+  Node n;
+  n.op_type = type;
+  n.name = "/" + type;
+  return n;
+}
+Tensor i64(eval::Dims shape, std::vector<int64_t> v) { return Tensor::of_ints(DType::kInt64, std::move(shape), std::move(v)); }
+
+TEST(Eval, Int64ArithmeticIsExactAndOverflowThrows) {
+  const int64_t big = std::numeric_limits<int64_t>::max() - 1;  // not a double
+  const Tensor a = i64({1}, {big}), one = i64({}, {1});
+  EXPECT_EQ(eval::eval_node(op("Add"), {&a, &one}).at(0).ints, std::vector<int64_t>{big + 1});
+  const Tensor two = i64({}, {2});
+  EXPECT_THROW(eval::eval_node(op("Add"), {&a, &two}), eval::EvalError);
+  const Tensor zero = i64({}, {0});
+  EXPECT_THROW(eval::eval_node(op("Div"), {&a, &zero}), eval::EvalError);
+  const Tensor m7 = i64({}, {-7});
+  EXPECT_EQ(eval::eval_node(op("Div"), {&m7, &two}).at(0).ints, std::vector<int64_t>{-3});  // truncates
+}
+
+TEST(Eval, SliceToInt64MaxAndBackwards) {
+  const Tensor x = i64({5}, {10, 11, 12, 13, 14});
+  const Tensor s = i64({1}, {1}), e = i64({1}, {std::numeric_limits<int64_t>::max()});
+  EXPECT_EQ(eval::eval_node(op("Slice"), {&x, &s, &e}).at(0).ints, (std::vector<int64_t>{11, 12, 13, 14}));
+  const Tensor s2 = i64({1}, {-1}), e2 = i64({1}, {std::numeric_limits<int64_t>::min()}), ax = i64({1}, {0}),
+               st = i64({1}, {-2});
+  EXPECT_EQ(eval::eval_node(op("Slice"), {&x, &s2, &e2, &ax, &st}).at(0).ints, (std::vector<int64_t>{14, 12, 10}));
+}
+
+TEST(Eval, ResultBoundIsCheckedBeforeBuilding) {
+  const Tensor x = i64({}, {1}), shape = i64({2}, {1 << 20, 1 << 20});
+  EXPECT_THROW(eval::eval_node(op("Expand"), {&x, &shape}, {1024}), eval::EvalError);
+  const Tensor small = i64({1}, {4});
+  EXPECT_EQ(eval::eval_node(op("Expand"), {&x, &small}, {1024}).at(0).ints.size(), 4u);
+}
+
+TEST(Eval, FloatsAreNotRoundedToTheirDtype) {
+  const Tensor a = Tensor::of_reals(DType::kFloat, {}, {1.0}), b = Tensor::of_reals(DType::kFloat, {}, {3.0});
+  const Tensor r = eval::eval_node(op("Div"), {&a, &b}).at(0);
+  EXPECT_EQ(r.reals.at(0), 1.0 / 3.0);
+  EXPECT_EQ(eval::round_to_dtype(DType::kFloat, r.reals[0]), double(1.0f / 3.0f));
+}
+
+TEST(Eval, OracleDelegatesTheEvaluatorsOps) {
+  EXPECT_TRUE(eval::has_op("", "Gather"));
+  EXPECT_FALSE(eval::has_op("", "MatMul"));
+  Node g = op("Gather");
+  const ref::RefTensor x{DType::kFloat, {3}, {1.5, 2.5, 3.5}}, idx{DType::kInt64, {2}, {2, -3}};
+  const auto out = ref::eval_node(g, {&x, &idx});
+  EXPECT_EQ(out.at(0).data, (std::vector<double>{3.5, 1.5}));
+  const ref::RefTensor bad{DType::kInt64, {1}, {3}};
+  EXPECT_THROW(ref::eval_node(g, {&x, &bad}), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace torch_ort
