@@ -86,6 +86,15 @@ def _keys_without_wrapper(_module, state_dict, prefix, *_):
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
+def _fsdp_module(module: torch.nn.Module) -> bool:
+    """True when FSDP2's fully_shard was applied to `module` (its class became an FSDPModule)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed
+        return False
+    return isinstance(module, FSDPModule)
+
+
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -343,7 +352,21 @@ class ORTModule(torch.nn.Module):
                       remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Module]]:
         # children() is NOT delegated: train(), to() and apply() recurse through it and must
         # reach the wrapped module itself.
+        if _fsdp_module(self):
+            # fully_shard(ORTModule(block)): FSDP2 finds its states (the root's lazy init, which
+            # sets up the shared communication context) by walking named_modules; this ORTModule
+            # carries one, so it shows itself first.
+            return self._with_self(memo, prefix, remove_duplicate)
         return self.module.named_modules(memo, prefix, remove_duplicate)
+
+    def _with_self(self, memo, prefix, remove_duplicate):
+        if memo is None:
+            memo = set()
+        if self not in memo or not remove_duplicate:
+            if remove_duplicate:
+                memo.add(self)
+            yield prefix, self
+        yield from self.module.named_modules(memo, prefix, remove_duplicate)
 
     # --- forward ------------------------------------------------------------------------------
     forward = _ForwardAttribute()
