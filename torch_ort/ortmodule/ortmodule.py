@@ -95,6 +95,24 @@ def _fsdp_module(module: torch.nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def _refusal(module: torch.nn.Module) -> ORTModuleTorchModelException | None:
+    """Why the engine does not take `module` as a whole (None when it does)."""
+    if isinstance(module, torch.nn.DataParallel):
+        return ORTModuleTorchModelException(
+            "ORTModule does not support torch.nn.DataParallel; wrap the module with ORTModule "
+            "first, then use DistributedDataParallel")
+    sharded = next((name for name, m in module.named_modules() if _fsdp_module(m)), None)
+    if sharded is not None:
+        # FSDP2 all-gathers parameters in hooks around each unit's forward: an export would trace
+        # through them, and the engine would bind sharded DTensors.
+        where = f"submodule {sharded!r}" if sharded else "the module"
+        return ORTModuleTorchModelException(
+            f"ORTModule does not support a module managed by FSDP2 (fully_shard was applied to "
+            f"{where}); wrap each unit with ORTModule first, then shard it: "
+            "fully_shard(ORTModule(block)) for each block, then fully_shard(model)")
+    return None
+
+
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -104,10 +122,7 @@ class ORTModule(torch.nn.Module):
         super().__init__()
         # A model type the engine does not take: raised under the fallback policy (construction,
         # then every call), as ORT does; FALLBACK_UNSUPPORTED_TORCH_MODEL runs it eager.
-        self._refused = ORTModuleTorchModelException(
-            "ORTModule does not support torch.nn.DataParallel; wrap the module with ORTModule "
-            "first, then use DistributedDataParallel") \
-            if isinstance(module, torch.nn.DataParallel) else None
+        self._refused = _refusal(module)
         self._modules[_ORIGINAL] = module
         self._settings = Settings.from_env()  # every ORTMODULE_* variable; invalid values raise
         self._debug = debug_options or DebugOptions()
@@ -441,6 +456,9 @@ class ORTModule(torch.nn.Module):
         runner = self._plan_cache.get(key)
         params = runner.params if runner is not None else None  # read once per call
         if runner is None or not runner.accepts(tensors, params):
+            refused = _refusal(self.module)  # fully_shard applied inside after construction
+            if refused is not None:
+                raise refused
             self._check_devices(tensors, self.module.parameters())
             plan = runner.export.shape_plan if runner is not None else "dynamic"
             if plan != "dynamic":
