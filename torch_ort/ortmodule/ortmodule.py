@@ -383,6 +383,13 @@ class ORTModule(torch.nn.Module):
             yield prefix, self
         yield from self.module.named_modules(memo, prefix, remove_duplicate)
 
+    def _fqn_modifiers(self) -> dict[str, str]:
+        """torch.distributed.checkpoint's contract for a module whose state_dict keys skip a
+        child: each key's first name here is reached through _original_module (so the names
+        its get_/set_model_state_dict and optimizer state use are the original module's)."""
+        module = self.module
+        return dict.fromkeys([*module._parameters, *module._buffers, *module._modules], _ORIGINAL)
+
     # --- forward ------------------------------------------------------------------------------
     forward = _ForwardAttribute()
 
