@@ -1,7 +1,8 @@
 """One rank of an FSDP2 (torch.distributed.fsdp.fully_shard) training run, launched by torchrun:
 `python -m torch.distributed.run --standalone --nproc_per_node 2 fsdp_worker.py --engine ort ...`.
 
-The model is a stack of blocks, each its own FSDP unit, under a root unit holding the head. With
+The model is a stack of blocks, each its own FSDP unit, under a root unit holding the head
+(--model mlp: three Linear+tanh blocks; gpt: the tiny nanoGPT of model_zoo, its blocks the units). With
 --engine ort every block is fully_shard(ORTModule(block)) (the supported composition); with eager,
 fully_shard(block). Every step takes one global batch from a seeded generator; rank r trains on its
 half. Rank 0 writes the per-step global losses and the final full parameters to --out (JSON).
@@ -9,8 +10,10 @@ half. Rank 0 writes the per-step global losses and the final full parameters to 
 both from another seed and loads them. --refusal records what ORTModule says about the composition
 it does not support (ORTModule around modules already managed by FSDP2)."""
 import argparse
+import gc
 import json
 import os
+import sys
 import warnings
 
 import torch
@@ -21,6 +24,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.fsdp import fully_shard
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_zoo  # noqa: E402
 
 D_IN, HIDDEN, CLASSES, BLOCKS = 12, 32, 5, 3
 
@@ -46,9 +52,25 @@ class Net(nn.Module):
         return F.cross_entropy(self.head(x), labels)
 
 
-def build(engine: str, seed: int) -> nn.Module:
+class GPTLoss(nn.Module):
+    """nanoGPT: each transformer block (attention, LayerNorms, MLP) is a unit; the tied
+    embedding/lm_head, position embedding and final LayerNorm are the root's."""
+
+    def __init__(self):
+        super().__init__()
+        self.gpt = model_zoo.nanogpt()
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.gpt.h
+
+    def forward(self, idx, targets):
+        return self.gpt(idx, targets)[1]
+
+
+def build(engine: str, seed: int, name: str = "mlp") -> nn.Module:
     torch.manual_seed(seed)
-    model = Net()
+    model = Net() if name == "mlp" else GPTLoss()
     for i, block in enumerate(model.blocks):
         if engine == "ort":
             from torch_ort import ORTModule
@@ -56,6 +78,18 @@ def build(engine: str, seed: int) -> nn.Module:
         fully_shard(block)
     fully_shard(model)
     return model
+
+
+def global_batch(name: str, size: int, gen: torch.Generator):
+    if name == "mlp":
+        return torch.randn(size, D_IN, generator=gen), torch.randint(0, CLASSES, (size,), generator=gen)
+    (idx, targets), _ = model_zoo.nanogpt_batch(size, 32, gen)
+    return idx, targets
+
+
+def make_optimizer(name: str, params):
+    # SGD for nanoGPT: Adam would amplify rounding in its near-zero gradients.
+    return torch.optim.AdamW(params, lr=1e-2) if name == "mlp" else torch.optim.SGD(params, lr=0.1)
 
 
 def refusals() -> dict:
@@ -94,6 +128,7 @@ def refusals() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", choices=("ort", "eager"), default="ort")
+    ap.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8, help="global batch size")
     ap.add_argument("--checkpoint-at", type=int, default=0)
@@ -107,14 +142,13 @@ def main() -> None:
     if args.refusal:
         result["refusal"] = refusals()
 
-    model = build(args.engine, 0)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model = build(args.engine, 0, args.model)
+    opt = make_optimizer(args.model, model.parameters())
     gen = torch.Generator().manual_seed(1234)
     share = args.batch // world
     losses = []
     for step in range(1, args.steps + 1):
-        x = torch.randn(args.batch, D_IN, generator=gen)
-        y = torch.randint(0, CLASSES, (args.batch,), generator=gen)
+        x, y = global_batch(args.model, args.batch, gen)
         loss = model(x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share])
         loss.backward()
         opt.step()
@@ -127,8 +161,8 @@ def main() -> None:
             dcp.save({"model": get_model_state_dict(model),
                       "optim": get_optimizer_state_dict(model, opt)}, checkpoint_id=path)
             del model, opt
-            model = build(args.engine, 99)  # another init: only the checkpoint can make it match
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            model = build(args.engine, 99, args.model)  # another init: only the checkpoint can make it match
+            opt = make_optimizer(args.model, model.parameters())
             state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
             dcp.load(state, checkpoint_id=path)
             set_model_state_dict(model, state["model"])
@@ -141,6 +175,8 @@ def main() -> None:
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(result, f)
+    del model, opt  # before the group: one left to interpreter shutdown can abort a gloo rank
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

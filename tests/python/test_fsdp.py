@@ -2,7 +2,8 @@
 fully_shard(ORTModule(block)), 2 processes over gloo (torchrun --standalone), against the same
 model sharded without ORTModule: per-step losses and final full parameters within rtol 1e-5; a
 torch.distributed.checkpoint save/load mid-run does not change the trajectory. ORTModule around
-modules FSDP2 already manages is refused with the supported composition named."""
+modules FSDP2 already manages is refused with the supported composition named. Models: three
+Linear blocks under a head (AdamW), and the tiny nanoGPT of model_zoo (SGD)."""
 import functools
 import json
 import os
@@ -44,6 +45,15 @@ def test_ortmodule_in_each_unit_trains_as_eager_fsdp():
     assert result["exports"] == [1, 1, 1]  # the rebuilt model after the checkpoint: once per block
     assert_same_training(result, run("eager", *CHECKPOINTED))
     assert result["params"].keys() >= {"blocks.0.fc.weight", "head.bias"}  # the original names
+
+
+def test_nanogpt_blocks_as_units_across_a_checkpoint():
+    """Transformer blocks (attention, LayerNorm, MLP) as the ORTModule units; the tied
+    embedding/lm_head in the root unit, eager."""
+    gpt = ("--model", "gpt", "--steps", "4", "--checkpoint-at", "2")
+    result = run("ort", *gpt)
+    assert result["fallback"] == [] and result["exports"] == [1, 1]
+    assert_same_training(result, run("eager", *gpt))
 
 
 def test_checkpoint_round_trip_continues_identically():
