@@ -116,6 +116,7 @@ def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
 TINY = {  # appended last (argparse: the last value wins): seconds, not minutes, on 2 CPU cores
     "getting_started": ["--steps", "4"],
+    "lightning_training": ["--steps", "4"],
     "huggingface_gpt2": ["--steps", "2", "--finetune-steps", "1", "--eval-batches", "1", "--data-mb", "0.1",
                          "--width", "32", "--layers", "1", "--batch", "4", "--seq", "32", "--quiet"],
     "ddp_training": ["--steps", "2", "--data-mb", "0.1", "--width", "32", "--layers", "1", "--tokens", "256",
@@ -238,6 +239,9 @@ def test_documented_command_line_runs(tmp_path, name, argv, distributed):
     assert "FELL BACK" not in run.stdout and "falling back" not in run.stderr, run.stdout + run.stderr
     if "--resume" in argv:
         assert "resumed from" in run.stdout and re.search(r"^step\s+2\s+loss", run.stdout, re.M), run.stdout
+    if name == "lightning_training":  # through the engine, at parity with the module without ORTModule
+        assert "fell back: False" in run.stdout, run.stdout
+        assert float(re.search(r"max \|loss difference\| over 4 steps: (\S+)", run.stdout).group(1)) < 1e-5
     if name == "huggingface_gpt2" and "--mode" not in argv:  # which processes ran, side by side
         header = next(line for line in run.stdout.splitlines() if line.startswith("| |"))
         want = ["ortmodule"] * ("--eager" not in argv) + ["eager"] * ("--no-eager" not in argv)
