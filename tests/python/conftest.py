@@ -1,7 +1,11 @@
 """Shared fixtures: models, and a strict fallback policy for every test (nothing may silently run in
 eager PyTorch; tests of the fallback itself are marked `fallback`)."""
 import copy
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -93,3 +97,32 @@ def twin(model_cls, seed=0, **kw):
     torch.manual_seed(seed)
     a = model_cls(**kw)
     return a, copy.deepcopy(a)
+
+
+def run_worker(worker: str, *args: str, world: int = 1, env: dict | None = None, cwd: str | None = None,
+               out: str) -> None:
+    """Runs a training worker script: one process, or `world` under torchrun --standalone, with
+    FALLBACK_DISABLE (nothing may silently run eager) and `env` added; fails with the output's tail."""
+    launcher = [sys.executable] if world == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
+    cmd = launcher + [worker, *args, "--out", out]
+    environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", **(env or {})}
+    done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+
+
+def read_result(path: str) -> dict:
+    """A worker's JSON result, removed once read."""
+    with open(path) as f:
+        result = json.load(f)
+    os.remove(path)
+    return result
+
+
+def assert_same_training(a: dict, b: dict, rtol=1e-5, atol=1e-6):
+    """Two workers' results: per-step losses and final parameters (by name) within tolerance."""
+    torch.testing.assert_close(torch.tensor(a["losses"]), torch.tensor(b["losses"]), rtol=rtol, atol=0)
+    assert a["params"].keys() == b["params"].keys()
+    for name in a["params"]:
+        torch.testing.assert_close(torch.tensor(a["params"][name]), torch.tensor(b["params"][name]),
+                                   rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")

@@ -3,13 +3,11 @@ one process over the same global batches: per-step losses and final parameters w
 with ORTModule and with eager; no_sync accumulation; find_unused_parameters; BatchNorm buffers
 broadcast from rank 0; a checkpoint saved on rank 0 and loaded on every rank."""
 import functools
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from conftest import assert_same_training, read_result, run_worker
 
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
 TINY_GROUPS = {"ORTMODULE_GRADIENT_RELEASE": "0.000001"}  # small models still release in groups
@@ -18,24 +16,8 @@ TINY_GROUPS = {"ORTMODULE_GRADIENT_RELEASE": "0.000001"}  # small models still r
 @functools.lru_cache(maxsize=None)
 def run(world: int, engine: str, *flags: str, env: tuple = ()) -> dict:
     out = f"/tmp/torch_ort_ddp_{os.getpid()}_{world}_{engine}_{'_'.join(flags)}_{len(env)}.json"
-    launcher = [sys.executable] if world == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
-    cmd = launcher + [WORKER, "--engine", engine, "--out", out, *flags]
-    environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", **dict(env)}
-    done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    with open(out) as f:
-        result = json.load(f)
-    os.remove(out)
-    return result
-
-
-def assert_same_training(a: dict, b: dict, rtol=1e-5, atol=1e-6):
-    torch.testing.assert_close(torch.tensor(a["losses"]), torch.tensor(b["losses"]), rtol=rtol, atol=0)
-    assert a["params"].keys() == b["params"].keys()
-    for name in a["params"]:
-        torch.testing.assert_close(torch.tensor(a["params"][name]), torch.tensor(b["params"][name]),
-                                   rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+    run_worker(WORKER, "--engine", engine, *flags, world=world, env=dict(env), out=out)
+    return read_result(out)
 
 
 @pytest.mark.parametrize("engine", ["ort", "eager"])

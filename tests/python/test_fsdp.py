@@ -5,12 +5,9 @@ torch.distributed.checkpoint save/load mid-run does not change the trajectory. O
 modules FSDP2 already manages is refused with the supported composition named. Models: three
 Linear blocks under a head (AdamW), and the tiny nanoGPT of model_zoo (SGD)."""
 import functools
-import json
 import os
-import subprocess
-import sys
 
-from test_ddp import assert_same_training
+from conftest import assert_same_training, read_result, run_worker
 
 WORKER = os.path.join(os.path.dirname(__file__), "fsdp_worker.py")
 
@@ -18,15 +15,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "fsdp_worker.py")
 @functools.lru_cache(maxsize=None)
 def run(engine: str, *flags: str) -> dict:
     out = f"/tmp/torch_ort_fsdp_{os.getpid()}_{engine}_{'_'.join(flags)}.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           WORKER, "--engine", engine, "--out", out, *flags]
-    environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
-    done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    with open(out) as f:
-        result = json.load(f)
-    os.remove(out)
-    return result
+    run_worker(WORKER, "--engine", engine, *flags, world=2, out=out)
+    return read_result(out)
 
 
 CHECKPOINTED = ("--steps", "5", "--checkpoint-at", "3")

@@ -6,24 +6,16 @@ module continues the uninterrupted run's trajectory. The engine runs (no fallbac
 import functools
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import assert_same_training, run_worker
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lightning_worker  # noqa: E402
 
 WORKER = lightning_worker.__file__
-
-
-def assert_same_training(a: dict, b: dict, rtol=1e-5, atol=1e-6):
-    torch.testing.assert_close(torch.tensor(a["losses"]), torch.tensor(b["losses"]), rtol=rtol, atol=0)
-    assert a["params"].keys() == b["params"].keys()
-    for name in a["params"]:
-        torch.testing.assert_close(torch.tensor(a["params"][name]), torch.tensor(b["params"][name]),
-                                   rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
 def assert_engine_ran(result: dict):
@@ -55,11 +47,9 @@ def test_one_process_checkpoint_resumes_the_trajectory(tmp_path):
 @functools.lru_cache(maxsize=None)
 def run_two(engine: str, resume_after: int, tmp: str) -> list[dict]:
     out = os.path.join(tmp, f"two_{engine}_{resume_after}.json")
-    cmd = [sys.executable, WORKER, "--engine", engine, "--devices", "2", "--epochs", "2",
-           "--resume-after", str(resume_after), "--out", out]
-    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    # Lightning's "ddp" re-runs this script for rank 1 itself: one process launched here.
+    run_worker(WORKER, "--engine", engine, "--devices", "2", "--epochs", "2",
+               "--resume-after", str(resume_after), cwd=tmp, out=out)
     results = []
     for rank in range(2):
         with open(f"{out}.rank{rank}") as f:
