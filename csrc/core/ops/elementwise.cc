@@ -80,12 +80,6 @@ namespace {
 // --- shape rules (shapes/shape_rules.h)
 
 
-// Identity-like ops also pass the values of a shape computation through.
-void identity_shape(ShapeCtx& c) {
-  c.set(0, c.in(0));
-  if (const SymValues* v = c.values(0)) c.set_values(0, *v, c.rank(0) == 0);
-}
-
 void neg_shape(ShapeCtx& c) {
   c.set(0, c.in(0));
   if (const SymValues* v = c.values(0)) {

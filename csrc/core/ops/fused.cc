@@ -12,6 +12,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/graph.h"
 #include "csrc/core/ops/families.h"
+#include "csrc/core/ops/linalg.h"
 #include "csrc/core/ops/nn.h"
 #include "csrc/core/shapes/shape_rules.h"
 
@@ -128,22 +129,6 @@ void fused_elementwise_grad(GradCtx& g) {
   const std::vector<ValueId> grads = g.ours_multi("FusedElementwiseGrad", ins, like, g.attrs());
   for (int i = 0; i < static_cast<int>(grads.size()); ++i)
     if (grads[i] != kNoValue) g.set_grad(i, grads[i]);
-}
-
-ValueId fused_matmul(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
-  Attributes at;
-  at.set("transA", static_cast<int64_t>(ta));
-  at.set("transB", static_cast<int64_t>(tb));
-  if (alpha != 1.0f) at.set("alpha", alpha);
-  return g.ours("FusedMatMul", {a, b}, std::move(at));
-}
-
-ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
-  Attributes at;
-  at.set("transA", static_cast<int64_t>(ta));
-  at.set("transB", static_cast<int64_t>(tb));
-  if (alpha != 1.0f) at.set("alpha", alpha);
-  return g.op("Gemm", {a, b}, std::move(at));
 }
 
 ValueId flatten_rows(GradCtx& g, ValueId x, int64_t rank) {  // (..., K) -> (rows, K)

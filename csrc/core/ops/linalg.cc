@@ -5,6 +5,7 @@
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ops/families.h"
+#include "csrc/core/ops/linalg.h"
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
@@ -62,13 +63,14 @@ void gemm_shape(ShapeCtx& c) {
 
 // --- gradient rules (autodiff/gradient_registry.h)
 
-ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
+Attributes gemm_attrs(bool ta, bool tb, float alpha) {
   Attributes at;
   at.set("transA", static_cast<int64_t>(ta));
   at.set("transB", static_cast<int64_t>(tb));
   if (alpha != 1.0f) at.set("alpha", alpha);
-  return g.op("Gemm", {a, b}, std::move(at));
+  return at;
 }
+
 
 ValueId unsqueeze(GradCtx& g, ValueId x, int64_t axis) { return g.op("Unsqueeze", {x, g.const_ints(std::vector<int64_t>{axis})}); }
 
@@ -148,5 +150,13 @@ REGISTER_SHAPE_RULE("Gemm", gemm_shape);
 
 REGISTER_GRADIENT("MatMul", matmul_grad, {});
 REGISTER_GRADIENT("Gemm", gemm_grad, {});
+
+ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
+  return g.op("Gemm", {a, b}, gemm_attrs(ta, tb, alpha));
+}
+
+ValueId fused_matmul(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
+  return g.ours("FusedMatMul", {a, b}, gemm_attrs(ta, tb, alpha));
+}
 
 }  // namespace torch_ort

@@ -18,18 +18,8 @@ std::vector<OpEntry> transfer_ops() {
 }  // namespace torch_ort::ops
 
 namespace torch_ort {
-namespace {
 
-// --- shape rules (shapes/shape_rules.h)
-
-// Identity-like ops also pass the values of a shape computation through.
-void identity_shape(ShapeCtx& c) {
-  c.set(0, c.in(0));
-  if (const SymValues* v = c.values(0)) c.set_values(0, *v, c.rank(0) == 0);
-}
-
-}  // namespace
-
+// Shape rules (shapes/shape_rules.h): the input's shape and values, on the other side.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ToHost", identity_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "ToDevice", identity_shape);
 

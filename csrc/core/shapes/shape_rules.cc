@@ -92,6 +92,11 @@ ShapeRegistry& ShapeRegistry::instance() {
 
 void same_as_input0(ShapeCtx& c) { c.set(0, c.in(0)); }
 
+void identity_shape(ShapeCtx& c) {
+  c.set(0, c.in(0));
+  if (const SymValues* v = c.values(0)) c.set_values(0, *v, c.rank(0) == 0);
+}
+
 void declared_by_gradient_builder(ShapeCtx&) {}
 
 Shape broadcast(const ShapeCtx& c, const Shape& a, const Shape& b) {

@@ -83,6 +83,8 @@ class ShapeRegistry : public OpRegistry<ShapeRule> {
 
 // Rules many ops share. Output 0 has input 0's shape (elementwise unary ops and the like).
 void same_as_input0(ShapeCtx& c);
+// The same, passing the values of a shape computation through too (Identity, ToHost, ToDevice).
+void identity_shape(ShapeCtx& c);
 // Our gradient ops whose output shapes the gradient builder declares when it emits them: a
 // gradient has the shape of the input it differentiates (GradCtx::set_grad, ours_multi's `like`
 // values), so there is nothing to infer, only the declaration to keep. The run-time check
