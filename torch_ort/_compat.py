@@ -200,37 +200,33 @@ _ONNX_DISPATCHING = "torch.onnx._internal.exporter._dispatching"  # _core calls 
 
 
 @contextlib.contextmanager
-def onnx_translation_wrapped(wrap):
-    """Within the block torch.onnx.export translates through wrap(original); yields False (and
-    changes nothing) when this torch has no such step to wrap."""
-    core = _find(_ONNX_CORE)
-    original = getattr(core, "_exported_program_to_onnx_program", None)
+def _wrapped(module_name: str, attr: str, wrap):
+    """Within the block module_name.attr is wrap(original); yields False (and changes nothing)
+    when this torch has no such function to wrap."""
+    module = _find(module_name)
+    original = getattr(module, attr, None)
     if original is None:
         yield False
         return
-    core._exported_program_to_onnx_program = wrap(original)
+    setattr(module, attr, wrap(original))
     try:
         yield True
     finally:
-        core._exported_program_to_onnx_program = original
+        setattr(module, attr, original)
 
 
-@contextlib.contextmanager
+def onnx_translation_wrapped(wrap):
+    """Within the block torch.onnx.export translates through wrap(original); yields False (and
+    changes nothing) when this torch has no such step to wrap."""
+    return _wrapped(_ONNX_CORE, "_exported_program_to_onnx_program", wrap)
+
+
 def onnx_dispatch_wrapped(wrap):
     """Within the block the exporter picks each FX node's translation through wrap(original):
     original(node, registry) -> (translation or None, message), torch's dispatch (the registry's
     custom entry first, then torchlib's). Yields False (and changes nothing) when this torch has
     no such step to wrap."""
-    dispatching = _find(_ONNX_DISPATCHING)
-    original = getattr(dispatching, "dispatch", None)
-    if original is None:
-        yield False
-        return
-    dispatching.dispatch = wrap(original)
-    try:
-        yield True
-    finally:
-        dispatching.dispatch = original
+    return _wrapped(_ONNX_DISPATCHING, "dispatch", wrap)
 
 
 def onnx_tracer():
