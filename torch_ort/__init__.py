@@ -4,7 +4,8 @@
     optimizer = torch_ort.optim.FusedAdam(model.parameters(), lr=1e-4)  # torch.optim.AdamW's update
 """
 from torch_ort import optim, utils
-from torch_ort.ortmodule import DebugOptions, FallbackStatus, LogLevel, ORTModule, ORTModuleFallbackWarning
+from torch_ort.ortmodule import (DebugOptions, FallbackStatus, LogLevel, ORTModule, ORTModuleFallbackWarning,
+                                 SubmoduleStatus)
 
 
 def pass_names() -> list[str]:
@@ -15,6 +16,6 @@ def pass_names() -> list[str]:
     return [n for n in _C.pass_names() if n not in required]
 
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "ORTModuleFallbackWarning",
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus", "ORTModuleFallbackWarning",
            "optim", "pass_names", "utils"]
 __version__ = "0.1.0"

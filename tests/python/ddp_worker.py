@@ -58,7 +58,7 @@ class GPTLoss(nn.Module):
 
 def build(name: str) -> nn.Module:
     return {"mlp": lambda: MLP(), "unused": lambda: MLP(unused=True), "cnn": CNN,
-            "nanogpt": GPTLoss}[name]()
+            "nanogpt": GPTLoss, "branchy": lambda: model_zoo.BranchyGPT("loop")}[name]()
 
 
 def global_batch(name: str, size: int, gen: torch.Generator):
@@ -66,7 +66,7 @@ def global_batch(name: str, size: int, gen: torch.Generator):
         return torch.randn(size, 12, generator=gen), torch.randint(0, 5, (size,), generator=gen)
     if name == "cnn":
         return torch.randn(size, 3, 8, 8, generator=gen), torch.randint(0, 4, (size,), generator=gen)
-    (idx, targets), _ = model_zoo.nanogpt_batch(size, 32, gen)
+    (idx, targets), _ = model_zoo.nanogpt_batch(size, 32 if name == "nanogpt" else 16, gen)
     return idx, targets
 
 
@@ -82,7 +82,7 @@ def make_optimizer(name: str, params):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", choices=("ort", "eager"), default="ort")
-    ap.add_argument("--model", choices=("mlp", "unused", "cnn", "nanogpt"), default="mlp")
+    ap.add_argument("--model", choices=("mlp", "unused", "cnn", "nanogpt", "branchy"), default="mlp")
     ap.add_argument("--optim", choices=("sgd", "adamw", "fused_adam"), default="adamw")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--accum", type=int, default=1, help="micro-batches per step (no_sync)")
@@ -160,6 +160,9 @@ def main() -> None:
     result = {"losses": losses, "world": world, "grad_order": order,
               "params": {n: p.detach().tolist() for n, p in inner.named_parameters()},
               "buffers": {n: b.detach().tolist() for n, b in inner.named_buffers()}}
+    status = getattr(inner, "fallback", None)
+    if status is not None:  # partial acceleration: where each submodule ran
+        result["submodules"] = [[s.name, s.runs] for s in status.submodules]
     if world > 1:
         for key, value in (("buffers_per_rank", result["buffers"]), ("forward_buffers_per_rank", seen_buffers)):
             gathered = [None] * world

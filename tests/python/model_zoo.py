@@ -115,6 +115,63 @@ def nanogpt(dropout: float = 0.0):
     return NanoGPT(dropout=dropout)
 
 
+def _rescaled(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """Halves `x` when its largest magnitude passes `limit`: Python control flow on a tensor's
+    value, which no graph capture can take."""
+    return x / 2 if x.abs().amax() > limit else x
+
+
+class Rescale(nn.Module):
+    def __init__(self, width: int, limit: float):
+        super().__init__()
+        self.proj, self.limit = nn.Linear(width, width), limit
+
+    def forward(self, x):
+        return _rescaled(x + self.proj(x), self.limit)
+
+
+class BranchyBlock(Block):
+    """A Block that rescales its residual stream between attention and MLP when it grows."""
+
+    limit = 0.3
+
+    def forward(self, x):
+        x = _rescaled(x + self.attn(self.ln_1(x)), self.limit)
+        return x + self.mlp(self.ln_2(x))
+
+
+class BranchyGPT(NanoGPT):
+    """nanoGPT with one data-dependent branch, placed by `where`: "top" (a Rescale module right after
+    the embeddings), "loop" (block 1 of 4 branches inside), "bottom" (a Rescale module before the
+    final norm) or "root" (in the model's own forward, between the blocks). Returns the loss."""
+
+    def __init__(self, where: str, limit: float = 0.3, layers: int = 4, width: int = WIDTH,
+                 heads: int = HEADS, **gpt):
+        super().__init__(layers=layers, width=width, heads=heads, **gpt)
+        self.where, self.limit = where, limit
+        if where in ("top", "bottom"):
+            self.rescale = Rescale(width, limit)
+        if where == "loop":
+            branchy = BranchyBlock(width, heads, 0.0)
+            branchy.load_state_dict(self.h[1].state_dict())
+            branchy.limit = limit
+            self.h[1] = branchy
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        if self.where == "top":
+            x = self.rescale(x)
+        for i, block in enumerate(self.h):
+            x = block(x)
+            if self.where == "root" and i == 1:
+                x = _rescaled(x, self.limit)
+        if self.where == "bottom":
+            x = self.rescale(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
 def t5(dropout: float = 0.0):
     """T5ForConditionalGeneration (encoder-decoder; relative position bias, a learned attention
     mask); labels make it shift them right into decoder inputs and compute the loss."""

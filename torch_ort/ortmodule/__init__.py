@@ -3,6 +3,7 @@ from torch_ort.ortmodule.fallback_policy import (
     FallbackPolicy,
     FallbackStatus,
     ORTModuleFallbackWarning,
+    SubmoduleStatus,
     ORTModuleDeviceException,
     ORTModuleError,
     ORTModuleInitException,
@@ -16,7 +17,7 @@ from torch_ort.ortmodule.ortmodule import ORTModule
 
 __all__ = [
     "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "FallbackStatus",
-    "ORTModuleFallbackWarning", "ORTModuleError",
+    "ORTModuleFallbackWarning", "SubmoduleStatus", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
     "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
 ]

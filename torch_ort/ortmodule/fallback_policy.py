@@ -40,12 +40,31 @@ class ORTModuleFallbackWarning(UserWarning):
 
 
 @dataclasses.dataclass(frozen=True)
+class SubmoduleStatus:
+    """Where one submodule runs while its module falls back with partial acceleration."""
+
+    name: str        # its qualified name in the module, e.g. "blocks.0"
+    runs: str        # "engine"; "eager"; "split" (its own forward eager, its submodules listed after
+                     # it); or "not called" (no call has reached it yet)
+    reason: str      # why it does not run in the engine ("" when it does)
+    error_type: str  # the failure's class ("" when it runs in the engine)
+
+
+@dataclasses.dataclass(frozen=True)
 class FallbackStatus:
     """Why an ORTModule runs its module in eager PyTorch (ORTModule.fallback, stats()["fallback"])."""
 
     flag: str        # the ORTMODULE_FALLBACK_POLICY flag that allowed it, e.g. "FALLBACK_UNSUPPORTED_DATA"
     reason: str      # the failure, as the warning states it
     error_type: str  # the failure's class, e.g. "ORTModuleIOError" ("" for a forced fallback)
+    # With partial acceleration (ORTMODULE_PARTIAL_ACCELERATION): where each candidate submodule
+    # runs, in module order; empty when the whole module runs eagerly.
+    submodules: tuple[SubmoduleStatus, ...] = ()
+
+    @property
+    def engine_submodules(self) -> tuple[str, ...]:
+        """The submodules that run in the engine (partial acceleration)."""
+        return tuple(s.name for s in self.submodules if s.runs == "engine")
 
 
 class ORTModuleError(RuntimeError):
@@ -93,6 +112,7 @@ class FallbackManager:
         self.policy = policy
         self.retry = retry
         self.cause: BaseException | None = None
+        self.quiet = False  # a submodule's manager under partial acceleration: its owner warns
         self.status: FallbackStatus | None = None  # set while the last call ran eager (ORTModule.fallback)
         forced = policy & (FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD | FallbackPolicy.FALLBACK_FORCE_TORCH_BACKWARD)
         self.active = bool(forced) and not policy & FallbackPolicy.FALLBACK_DISABLE
@@ -111,20 +131,26 @@ class FallbackManager:
             self.cause = cause
             self.status = FallbackStatus(self.forced.name, str(cause), "")
 
-    def handle(self, error: ORTModuleError, eager=None):
+    def handle(self, error: ORTModuleError, eager=None, split=None):
         """Raises `error` unless the policy covers its kind; otherwise switches to eager and returns
         eager() (None without it). When eager() raises too, the failure is the call's own — the
         module fails in eager PyTorch as well (its forward raised on these inputs while being
         exported): nothing switches, nothing is warned, and eager's error propagates as it would
-        without torch_ort; the next call tries the engine again."""
+        without torch_ort; the next call tries the engine again. `split` (partial acceleration)
+        says, once eager() ran, which submodules ran in the engine."""
         if not self.covers(error):
             raise error
         result = None if eager is None else eager()
-        if self.cause is None:
+        if self.cause is None and not self.quiet:
             # Warned before anything switches: a warning made an error leaves the module as it
             # was, so every call that would fall back raises it (none runs eager silently).
+            if split is None:
+                what, undo = "falling back to eager PyTorch", ""
+            else:
+                what = "running the module eagerly, its submodules in the engine where they can"
+                undo = f" Where they run: {split()}. ORTMODULE_PARTIAL_ACCELERATION=0 runs the whole module eagerly."
             warnings.warn(
-                f"torch_ort: falling back to eager PyTorch ({error.policy.name}): {error}. "
+                f"torch_ort: {what} ({error.policy.name}): {error}.{undo} "
                 "Set ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE to raise instead.",
                 ORTModuleFallbackWarning, stacklevel=4)
         LOGGER.info("fallback to PyTorch because of %s: %s", type(error).__name__, error)

@@ -1,6 +1,7 @@
 """ORTModule: a drop-in nn.Module whose forward and backward run through the torch_ort engine."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import threading
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, python_op
+from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, partial, python_op
 from torch_ort.ortmodule.aten_routing import AtenFallback, resolve_aten
 from torch_ort.ortmodule.variables import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
@@ -128,6 +129,10 @@ class ORTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._debug.apply_log_level()
         self._fallback = FallbackManager(self._settings.fallback_policy, self._settings.fallback_retry)
+        # Partial acceleration (partial.py): after a fallback that a split can help with, the
+        # submodules that run in the engine while this module's forward runs eagerly.
+        self._split: partial.Split | None = None
+        self._splitting = False  # a copy rebuilds its split on its first eager call
         # Serialises _prepare (runner lookup, export, engine build) and the plan cache; engines
         # run outside it, so several threads may run inference through one module at once.
         self._lock = threading.RLock()
@@ -181,8 +186,12 @@ class ORTModule(torch.nn.Module):
     def fallback(self) -> FallbackStatus | None:
         """None while the engine runs the module; after a fallback to eager PyTorch (with
         ORTMODULE_FALLBACK_RETRY=1: until the engine runs a call again), a FallbackStatus naming
-        the ORTMODULE_FALLBACK_POLICY flag, the reason and the failure's class."""
-        return self._fallback.status
+        the ORTMODULE_FALLBACK_POLICY flag, the reason and the failure's class — and, with partial
+        acceleration, where each submodule runs (FallbackStatus.submodules)."""
+        status = self._fallback.status
+        if status is not None and self._split is not None:
+            status = dataclasses.replace(status, submodules=tuple(self._split.statuses()))
+        return status
 
     def __repr__(self) -> str:
         # The wrapped module as it prints, inside ORTModule(...): not as a child named
@@ -243,7 +252,8 @@ class ORTModule(torch.nn.Module):
     # module copied as PyTorch copies it, the same settings, debug options, fallback state and
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
-    _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_method_proxy")
+    _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_method_proxy",
+                   "_split")
     _EMPTIED = ("_changed",)  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
@@ -272,6 +282,7 @@ class ORTModule(torch.nn.Module):
         for name, reentrant in extra.get("locks", {}).items():
             self.__dict__[name] = threading.RLock() if reentrant else threading.Lock()
         self.__dict__["_memory"] = memory_monitor.MemoryMonitor(self._settings)
+        self.__dict__["_split"] = None  # rebuilt around the copy's own submodules when it runs eager
         self.__dict__["_plan_cache"] = PlanCache(self._settings.max_cached_graphs, self._memory.forget)
         aten = AtenFallback(extra.get("aten_enabled", self._settings.aten_fallback))
         aten.add({op: why for op, why in ((resolve_aten(n.replace("::", ".")), why)
@@ -395,14 +406,33 @@ class ORTModule(torch.nn.Module):
 
     def _forward_call(self, *args: Any, **kwargs: Any) -> Any:
         if self._fallback.active:
-            return self.module(*args, **kwargs)
+            if self._splitting and self._split is None:
+                self._split = partial.Split(self)
+            return self._eager(self._split, args, kwargs)
         try:
             out = self._forward_engine(args, kwargs)
         except ORTModuleError as error:
-            return self._fallback.handle(error, lambda: self.module(*args, **kwargs))
+            split = self._split_after(error)
+            out = self._fallback.handle(error, lambda: self._eager(split, args, kwargs),
+                                        split=split.describe if split is not None else None)
+            self._split, self._splitting = split, split is not None  # kept once the fallback holds
+            return out
         if self._fallback.status is not None:  # ORTMODULE_FALLBACK_RETRY: the engine runs again
             self._fallback.engine_ran()
         return out
+
+    def _eager(self, split: partial.Split | None, args: tuple, kwargs: dict) -> Any:
+        return self.module(*args, **kwargs) if split is None else split.run(args, kwargs)
+
+    def _split_after(self, error: ORTModuleError) -> partial.Split | None:
+        """The submodules to accelerate after `error` (None: the whole module runs eagerly)."""
+        if self._split is not None:
+            return self._split
+        if not (self._settings.partial_acceleration and partial.splits(error)
+                and self._fallback.covers(error)):
+            return None
+        split = partial.Split(self)
+        return split if split.entries else None  # nothing to accelerate: the whole module eager
 
     def _apply_model_changes(self) -> None:
         """Attributes were set: every runner is re-exported on its next call and compared."""

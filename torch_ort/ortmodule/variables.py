@@ -184,6 +184,10 @@ VARIABLES: tuple[Variable, ...] = (
              "which failures run the module in eager PyTorch (FALLBACK_* joined by '|')"),
     Variable("ORTMODULE_FALLBACK_RETRY", "fallback_retry", "bool", False, _bool,
              "after a fallback, try the engine again on every call"),
+    Variable("ORTMODULE_PARTIAL_ACCELERATION", "partial_acceleration", "bool", True, _bool,
+             "when the module cannot run in the engine as a whole (a FALLBACK_UNSUPPORTED_* kind the "
+             "policy lets fall back), run its forward eagerly and its largest submodules that can in "
+             "the engine (0: the whole module runs eagerly)"),
     Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|DEVINFO|INFO|WARNING|ERROR|FATAL", None,
              _log_level, "sets the torch_ort logger's level, overriding DebugOptions.log_level (unset and "
              "no log_level: the level is left to the application); ranks other than 0 log errors "

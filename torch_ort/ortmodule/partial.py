@@ -1,0 +1,166 @@
+"""Partial acceleration: when the engine cannot take a module as a whole, the largest submodules
+it can take run in the engine and the rest of the forward runs in eager PyTorch.
+
+A module whose export or engine build fails with one of the four FALLBACK_UNSUPPORTED_* kinds,
+under a policy that lets that kind fall back, runs its own forward eagerly from then on, with each
+candidate child called through an ORTModule of its own. A child that cannot run in the engine
+either splits the same way, so the engine gets the largest submodules that can run there: every
+transformer block while a data-dependent head stays eager, or the attention and the MLP of the one
+block that branches on a value. ORTMODULE_PARTIAL_ACCELERATION=0 runs the whole module eagerly
+instead.
+
+The children are swapped into their parents' `_modules` only while the forward runs, so outside
+a call the module tree is the user's own: state_dict keys, named_modules, parameters, and the
+module objects a user holds are unchanged. Candidates are the children that hold a parameter and
+are more than a single torch.nn layer (one layer is one kernel in eager PyTorch: the engine would
+add a call boundary and have nothing to fuse), that are not ORTModules already and not managed by
+FSDP2; containers without a forward of their own (ModuleList, ModuleDict) are looked through, their
+items being what the parent calls.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
+
+if TYPE_CHECKING:
+    from torch_ort.ortmodule.ortmodule import ORTModule
+
+# The failure kinds a split can help with: the engine may take a part of the module even when it
+# cannot take all of it. A forced fallback or a bad initialization concerns every part alike.
+SPLIT_KINDS = (FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE | FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
+               | FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL
+               | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL)
+
+_REASON_CHARS = 160  # of a submodule's reason, in the one warning (the status has it whole)
+
+
+def splits(error: ORTModuleError) -> bool:
+    """True when a module that failed with `error` may still run parts of itself in the engine."""
+    return bool(error.policy & SPLIT_KINDS)
+
+
+def _has_forward(module: torch.nn.Module) -> bool:
+    return type(module).forward is not torch.nn.Module.forward
+
+
+def _single_layer(module: torch.nn.Module) -> bool:
+    return not module._modules and type(module).__module__.startswith("torch.nn.")
+
+
+@dataclasses.dataclass
+class _Entry:
+    parent: torch.nn.Module
+    key: str                 # the child's name in parent._modules
+    name: str                # its qualified name under the split module
+    child: torch.nn.Module
+    wrapper: "ORTModule"
+
+
+class Split:
+    """The children of one module that run through ORTModules of their own while the module's
+    forward runs eagerly."""
+
+    def __init__(self, owner: "ORTModule"):
+        from torch_ort.ortmodule.ortmodule import ORTModule, _fsdp_module
+
+        self._module = owner.module
+        self._lock = threading.Lock()
+        self._depth = 0  # calls in flight (threads, or a forward calling the module again)
+        wrappers: dict[int, ORTModule] = {}
+        self.entries: list[_Entry] = []
+
+        def candidate(m: torch.nn.Module) -> bool:
+            return (not isinstance(m, ORTModule) and not _fsdp_module(m) and not _single_layer(m)
+                    and next(m.parameters(), None) is not None)
+
+        def walk(parent: torch.nn.Module, prefix: str) -> None:
+            for key, child in parent._modules.items():
+                if child is None:
+                    continue
+                if not _has_forward(child):
+                    walk(child, f"{prefix}{key}.")
+                elif candidate(child):
+                    wrapper = wrappers.get(id(child))
+                    if wrapper is None:
+                        wrapper = wrappers[id(child)] = ORTModule(child, owner._debug)
+                        wrapper._fallback.quiet = True  # the owner reports the whole split once
+                    self.entries.append(_Entry(parent, key, prefix + key, child, wrapper))
+
+        walk(self._module, "")
+
+    @contextlib.contextmanager
+    def _swapped(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                for e in self.entries:
+                    e.parent._modules[e.key] = e.wrapper
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    for e in self.entries:
+                        e.parent._modules[e.key] = e.child
+
+    def run(self, args: tuple, kwargs: dict) -> Any:
+        """The module's forward, eagerly, its candidate children through their ORTModules."""
+        with self._swapped():
+            return self._module(*args, **kwargs)
+
+    def statuses(self, prefix: str = "") -> Iterator[SubmoduleStatus]:
+        """Where each candidate runs, in module order; a child that split is followed by its own."""
+        for e in self.entries:
+            name, wrapper = prefix + e.name, e.wrapper
+            status = wrapper._fallback.status
+            if status is not None and wrapper._split is not None:
+                yield SubmoduleStatus(name, "split", status.reason, status.error_type)
+                yield from wrapper._split.statuses(name + ".")
+            elif status is not None:
+                yield SubmoduleStatus(name, "eager", status.reason, status.error_type)
+            elif wrapper._last_engine is not None:
+                yield SubmoduleStatus(name, "engine", "", "")
+            else:
+                yield SubmoduleStatus(name, "not called", "", "")
+
+    def describe(self) -> str:
+        """The split in one paragraph, for the one warning."""
+        groups: dict[str, list[SubmoduleStatus]] = {}
+        for s in self.statuses():
+            groups.setdefault(s.runs, []).append(s)
+        if not groups.get("engine"):
+            return "no submodule could run in the engine instead; the whole module runs eagerly"
+        parts = [f"in the engine: {_names(s.name for s in groups['engine'])}"]
+        for runs in ("split", "eager"):
+            for s in groups.get(runs, ()):
+                reason = s.reason.splitlines()[0] if s.reason else ""
+                if len(reason) > _REASON_CHARS:
+                    reason = reason[:_REASON_CHARS] + "..."
+                what = "its submodules where they can" if runs == "split" else "eagerly"
+                parts.append(f"{s.name} runs {what} ({s.error_type}: {reason})")
+        if groups.get("not called"):
+            parts.append(f"not called yet: {_names(s.name for s in groups['not called'])}")
+        return "; ".join(parts)
+
+
+def _names(names) -> str:
+    """'blocks.0-3, head' for blocks.0, blocks.1, blocks.2, blocks.3, head."""
+    out: list[list] = []  # [prefix, first, last] runs of consecutive indices, or [name]
+    for name in names:
+        m = re.fullmatch(r"(.*\.)(\d+)", name)
+        if m and out and len(out[-1]) == 3 and out[-1][0] == m.group(1) and out[-1][2] + 1 == int(m.group(2)):
+            out[-1][2] += 1
+        elif m:
+            out.append([m.group(1), int(m.group(2)), int(m.group(2))])
+        else:
+            out.append([name])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}{r[1]}" + (f"-{r[2]}" if r[2] > r[1] else "")
+                     for r in out)
