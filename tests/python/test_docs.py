@@ -3,6 +3,7 @@ every public name is in the user guide, every ORTMODULE_* name the docs mention 
 ONNX Runtime's that we do not read: config.ORT_ONLY), the README points to every page, every
 relative link and anchor between the pages resolves, and the migration page explains every
 ORT_ONLY variable, keeps its two sections and lists ONNX Runtime 1.19's public names."""
+import importlib.util
 import pathlib
 import re
 
@@ -34,6 +35,9 @@ def test_docs_name_no_variable_that_does_not_exist():
 def test_guide_covers_the_public_api():
     names = [*torch_ort.__all__, *torch_ort.optim.__all__, *torch_ort.utils.data.__all__,
              "export_onnx", "save_as_onnx", "memory_report"]
+    if importlib.util.find_spec("transformers") is not None:  # torch_ort.utils.hf imports it
+        hf = importlib.import_module("torch_ort.utils.hf")
+        names += [f"torch_ort.utils.hf.{n}" for n in hf.__all__]
     missing = [n for n in names if n not in ("optim", "utils") and n not in GUIDE]
     assert not missing, f"the user guide does not mention {missing}"
 

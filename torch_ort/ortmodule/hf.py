@@ -13,6 +13,10 @@ tensor and a zero gradient for each in backward. So ORTModule decides, per call:
   under `torch.no_grad()`): the model's own behaviour holds, and the DynamicCache leaves the graph
   as tensors (transformers' own pytree registration) and comes back rebuilt as a DynamicCache; an
   encoder-decoder's EncoderDecoderCache (T5, BART) as its two DynamicCaches (ours, below).
+
+Saving and loading are not here: accelerate saves an ORTModule through state_dict/load_state_dict
+(the wrapped model's keys) as it is, and the Trainer's pretrained checkpoints come from
+torch_ort.utils.hf.Trainer. Nothing in torch_ort replaces a function of transformers or accelerate.
 """
 from __future__ import annotations
 
@@ -123,37 +127,3 @@ def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled:
                     "is not trained through); pass use_cache=True to get past_key_values",
                     type(module).__name__)
     return {**kwargs, "use_cache": False}
-
-
-_UNWRAP_USERS = ("accelerate.utils", "accelerate.utils.other", "accelerate.accelerator",
-                 "transformers.modeling_utils", "transformers.trainer")
-
-
-def unwrap_in_accelerate(wrapper_type: type) -> bool:
-    """Teaches accelerate's extract_model_from_parallel — what Accelerator.unwrap_model and so
-    Hugging Face's Trainer save through — to unwrap `wrapper_type` (ORTModule) to its `.module`,
-    as it unwraps DDP and DeepSpeed by type. Then `Trainer(model=ORTModule(model))` saves the
-    PreTrainedModel with save_pretrained (tied weights, config.json) and loads it back. Done once,
-    when an ORTModule wraps a transformers model and accelerate is installed; False otherwise."""
-    try:
-        import accelerate.utils.other as other
-    except ImportError:
-        return False
-    original = other.extract_model_from_parallel
-    if getattr(original, "_torch_ort_unwraps", False):
-        return True
-
-    @functools.wraps(original)
-    def extract_model_from_parallel(model, *args, **kwargs):
-        model = original(model, *args, **kwargs)
-        while isinstance(model, wrapper_type):
-            model = original(model.module, *args, **kwargs)
-        return model
-
-    extract_model_from_parallel._torch_ort_unwraps = True
-    for name in _UNWRAP_USERS:  # every module that imported the function by name
-        mod = sys.modules.get(name)
-        if mod is not None and getattr(mod, "extract_model_from_parallel", None) is original:
-            mod.extract_model_from_parallel = extract_model_from_parallel
-    LOGGER.debug("accelerate's extract_model_from_parallel now unwraps %s", wrapper_type.__name__)
-    return True

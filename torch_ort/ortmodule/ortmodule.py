@@ -146,8 +146,6 @@ class ORTModule(torch.nn.Module):
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
         self._last_call = None     # inference_export.CallSchema of the last call (export_onnx)
         self._last_engine = None   # the engine of the last engine call (stats)
-        if type(module).__module__.startswith("transformers."):
-            hf.unwrap_in_accelerate(ORTModule)  # Trainer saves through .module (save_pretrained)
         self.register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
