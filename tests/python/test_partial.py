@@ -3,7 +3,8 @@ submodules that can in the engine and the rest eagerly — with its one data-dep
 top, inside the loop of blocks, at the bottom or in its own forward — at parity with eager PyTorch
 (losses, gradients, parameters over several steps); one warning names the split and
 ORTModule.fallback reports it; the module tree outside a call, state_dict keys and hooks are the
-user's; ORTMODULE_PARTIAL_ACCELERATION=0 keeps the whole module eager; FALLBACK_DISABLE raises.
+user's; a Hugging Face GPT-2 keeps its base model in the engine; ORTMODULE_PARTIAL_ACCELERATION=0
+keeps the whole module eager; FALLBACK_DISABLE raises.
 Each test allows only the failure kind it provokes, so any other engine failure raises."""
 import copy
 import warnings
@@ -280,3 +281,28 @@ def test_most_flops_run_in_the_engine(where):
     share = engine_flop_share(ours, eager, idx, targets)
     print(f"{where}: {share:.1%} of the step's FLOPs in the engine")
     assert 0.5 < share < 1.0
+
+
+def test_a_hugging_face_model_keeps_its_base_model_in_the_engine():
+    """GPT2LMHeadModel behind a forward pre-hook that branches on the batch: the whole model cannot
+    be captured, its GPT2Model (every block, the embeddings, the final norm) runs in the engine and
+    the tied lm_head eagerly; losses and gradients are eager's."""
+    torch.manual_seed(0)
+    eager = model_zoo.gpt2()
+
+    def gate(module, args, kwargs):
+        return (args, dict(kwargs)) if kwargs["input_ids"].sum() % 2 == 0 else (args, kwargs)
+
+    eager.register_forward_pre_hook(gate, with_kwargs=True)
+    ours = ORTModule(copy.deepcopy(eager))
+    gen = torch.Generator().manual_seed(0)
+    with pytest.warns(ORTModuleFallbackWarning, match="in the engine: transformer"):
+        for _ in range(2):
+            kw = model_zoo.lm_batch(4, 16, gen)[1]
+            ours_loss, eager_loss = ours(**kw).loss, eager(**kw).loss
+            ours_loss.backward()
+            eager_loss.backward()
+            torch.testing.assert_close(ours_loss, eager_loss, rtol=1e-5, atol=0)
+    assert split_of(ours) == [("transformer", "engine")]
+    for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
