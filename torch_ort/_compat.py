@@ -150,6 +150,23 @@ def slot_table(module: torch.nn.Module, name: str) -> dict:
     return parameters if name in parameters else buffers
 
 
+# --- hooks a graph may have traced (a cached or shared export must not ignore them) ----------------
+# nn.Module's per-instance hook dicts and torch.nn.modules.module's global ones (every torch 2.x).
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOKS = tuple(_find(f"torch.nn.modules.module._global{name}") for name in _MODULE_HOOKS)
+
+
+def hooked_module(module: torch.nn.Module) -> str | None:
+    """The name of the first module in `module`'s tree with a forward or backward hook ("" for
+    `module` itself, "*" for a hook registered on every module), or None."""
+    if any(hooks for hooks in _GLOBAL_HOOKS if hooks):
+        return "*"
+    for name, m in module.named_modules():
+        if any(getattr(m, attr, None) for attr in _MODULE_HOOKS):
+            return name
+    return None
+
+
 # --- the autograd bridge: state freed when autograd's backward call ends --------------------------
 # The engine's queue_callback(fn): fn runs when the running backward call succeeds, and is dropped
 # with it when it fails (torch.autograd.Variable._execution_engine: every torch 2.x).

@@ -51,6 +51,24 @@ class Net(torch.nn.Module):
         return self.fc(x).relu().sum()
 
 
+def test_a_module_with_hooks_is_neither_cached_nor_read_from_the_cache(strict, monkeypatch, tmp_path):
+    """A forward hook runs inside the graph, and the key (structure, not code) cannot tell two
+    hooks apart: a module with one on itself or a submodule exports, and nothing is written."""
+    monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    plain = ORTModule(Net())
+    x = torch.randn(2, 4)
+    plain(x).backward()
+    hooked = Net()
+    hooked.load_state_dict(plain.state_dict())
+    hooked.fc.register_forward_hook(lambda module, args, out: out * 3)
+    ours = ORTModule(hooked)
+    out = ours(x)
+    assert (ours.export_count, ours.cache_hit_count) == (1, 0)
+    torch.testing.assert_close(out, hooked(x))
+    assert len(list(tmp_path.glob("*.onnx"))) == 1  # plain's entry only
+
+
 def test_in_process_hit_and_key_changes(strict, monkeypatch, tmp_path):
     monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
     a = ORTModule(Net())

@@ -37,6 +37,7 @@ class ExportResult:
     #   graph does not compute (None entries, Python numbers); every other leaf is a graph output
     python_ops: list[str] = field(default_factory=list)  # Functions run as PythonOp (by name)
     from_cache: bool = False          # loaded from ORTMODULE_CACHE_DIR instead of exported
+    shared: bool = False              # an identical sibling submodule's export (partial.SharedExports)
     stored: bool = False              # written to ORTMODULE_CACHE_DIR
     attributes_read: frozenset | None = None  # the module's own attributes the trace read (None:
     #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph

@@ -133,6 +133,7 @@ class ORTModule(torch.nn.Module):
         # submodules that run in the engine while this module's forward runs eagerly.
         self._split: partial.Split | None = None
         self._splitting = False  # a copy rebuilds its split on its first eager call
+        self._shared_exports: partial.SharedExports | None = None  # as a split's submodule
         # Serialises _prepare (runner lookup, export, engine build) and the plan cache; engines
         # run outside it, so several threads may run inference through one module at once.
         self._lock = threading.RLock()
@@ -251,7 +252,7 @@ class ORTModule(torch.nn.Module):
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
     _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_method_proxy",
-                   "_split")
+                   "_split", "_shared_exports")
     _EMPTIED = ("_changed",)  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
@@ -281,6 +282,7 @@ class ORTModule(torch.nn.Module):
             self.__dict__[name] = threading.RLock() if reentrant else threading.Lock()
         self.__dict__["_memory"] = memory_monitor.MemoryMonitor(self._settings)
         self.__dict__["_split"] = None  # rebuilt around the copy's own submodules when it runs eager
+        self.__dict__["_shared_exports"] = None
         self.__dict__["_plan_cache"] = PlanCache(self._settings.max_cached_graphs, self._memory.forget)
         aten = AtenFallback(extra.get("aten_enabled", self._settings.aten_fallback))
         aten.add({op: why for op, why in ((resolve_aten(n.replace("::", ".")), why)
@@ -501,7 +503,8 @@ class ORTModule(torch.nn.Module):
                             "or parameter types; exporting again", describe(schema), plan)
             runner = GraphRunner(self.module, args, kwargs, self._debug, self._aten_fallback,
                                  on_export=self._count_export, settings=self._settings,
-                                 schema=key, on_cache_hit=self._count_cache_hit, shape_plan=plan)
+                                 schema=key, on_cache_hit=self._count_cache_hit, shape_plan=plan,
+                                 shared=self._shared_exports)
             self._plan_cache.store(key, runner)
             params = runner.params
         elif not self._settings.skipcheck & SkipCheck.SKIP_CHECK_DEVICE or \

@@ -16,6 +16,10 @@ are more than a single torch.nn layer (one layer is one kernel in eager PyTorch:
 add a call boundary and have nothing to fuse), that are not ORTModules already and not managed by
 FSDP2; containers without a forward of their own (ModuleList, ModuleDict) are looked through, their
 items being what the parent calls.
+
+Identical submodules (the blocks of a loop: the same classes, structure, parameter names, shapes
+and dtypes, and input schema — the key of the graph cache on disk) share one export within the
+process (SharedExports): the first step exports a loop of blocks once, not once per block.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import torch
 from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
 
 if TYPE_CHECKING:
+    from torch_ort.ortmodule.exporter import ExportResult
     from torch_ort.ortmodule.ortmodule import ORTModule
 
 # The failure kinds a split can help with: the engine may take a part of the module even when it
@@ -54,6 +59,37 @@ def _single_layer(module: torch.nn.Module) -> bool:
     return not module._modules and type(module).__module__.startswith("torch.nn.")
 
 
+class SharedExports:
+    """The exports of a split's submodules in memory, by the graph cache's key: a runner whose key
+    is there uses that graph (the parameters bind by name to its own module) instead of exporting.
+    Graphs that run Python Functions (PythonOp) are not shared."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[ExportResult, list[str]]] = {}
+
+    def load(self, key: str) -> tuple[ExportResult, list[str]] | None:
+        """(a copy of the export, its ATen fallback op names), or None."""
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is None:
+            return None
+        result, ops = hit
+        return dataclasses.replace(
+            result, raw_model=None, shared=True, stored=False, param_names=list(result.param_names),
+            static_dims=[list(d) for d in result.static_dims], input_names=list(result.input_names),
+            buffer_updates=list(result.buffer_updates), out_constants=dict(result.out_constants)), list(ops)
+
+    def store(self, key: str, result: ExportResult, ops: list[str]) -> None:
+        if not result.python_ops:
+            with self._lock:
+                self._entries[key] = (result, list(ops))
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
 @dataclasses.dataclass
 class _Entry:
     parent: torch.nn.Module
@@ -72,6 +108,8 @@ class Split:
 
         self._module = owner.module
         self._lock = threading.Lock()
+        # one store for the whole tree of splits under the outermost module
+        exports = owner._shared_exports or SharedExports()
         self._depth = 0  # calls in flight (threads, or a forward calling the module again)
         wrappers: dict[int, ORTModule] = {}
         self.entries: list[_Entry] = []
@@ -91,6 +129,7 @@ class Split:
                     if wrapper is None:
                         wrapper = wrappers[id(child)] = ORTModule(child, owner._debug)
                         wrapper._fallback.quiet = True  # the owner reports the whole split once
+                        wrapper._shared_exports = exports
                     self.entries.append(_Entry(parent, key, prefix + key, child, wrapper))
 
         walk(self._module, "")

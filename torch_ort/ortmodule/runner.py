@@ -72,11 +72,12 @@ def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
 class GraphRunner:
     """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
     per export, re-exports for the ATen fallback included; `on_cache_hit(n)` with 1 when the export
-    came from ORTMODULE_CACHE_DIR, -1 when that entry was then rejected (and exported instead)."""
+    came from ORTMODULE_CACHE_DIR, -1 when that entry was then rejected (and exported instead).
+    `shared` (partial.SharedExports): the exports of identical sibling submodules, in memory."""
 
     def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, debug: DebugOptions,
                  aten: AtenFallback, on_export=lambda: None, settings: Settings | None = None,
-                 schema=None, on_cache_hit=lambda n: None, shape_plan: str = "dynamic"):
+                 schema=None, on_cache_hit=lambda n: None, shape_plan: str = "dynamic", shared=None):
         self._module, self._aten, self._on_export = module, aten, on_export
         self._shape_plan = shape_plan  # exporter.SHAPE_PLANS entry to start from
         self._on_cache_hit = on_cache_hit
@@ -85,20 +86,39 @@ class GraphRunner:
         self._schema = schema
         self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
         self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
+        self._shared = shared
+        self._shared_key = None  # its entry in `shared`
         self._export(args, kwargs)
+
+    def _key(self) -> str:
+        """The graph cache's key for this export ("" when it must not be reused: a hook in the
+        module's tree runs inside the graph, and the key, which describes structure and not code,
+        cannot tell two modules' hooks apart)."""
+        hooked = _compat.hooked_module(self._module)
+        if hooked is not None:
+            where = {"": "the module", "*": "every module (a global hook)"}.get(hooked, f"submodule {hooked!r}")
+            LOGGER.info("%s: a hook on %s is part of the graph: its export is neither cached nor "
+                        "shared", type(self._module).__name__, where)
+            return ""
+        return disk_cache.cache_key(self._module, self._schema, self._settings.opset,
+                                    [qualified_name(op) for op in self._aten.reasons])
 
     def _export(self, args: tuple, kwargs: dict) -> None:
         st = self._settings
         self.export = None
         if st.cache_dir and self._cache_key is None:
-            self._cache_key = disk_cache.cache_key(self._module, self._schema, st.opset,
-                                                   [qualified_name(op) for op in self._aten.reasons])
-            hit = disk_cache.load(st.cache_dir, self._cache_key, self._module)
+            self._cache_key = self._key()
+            hit = disk_cache.load(st.cache_dir, self._cache_key, self._module) if self._cache_key else None
             if hit is not None:
                 self.export, ops = hit
                 self._on_cache_hit(1)
-                self._aten.add({op: "recorded in the export cache" for op in
-                                filter(None, (resolve_aten(n.replace("::", ".")) for n in ops))})
+                self._add_aten(ops, "recorded in the export cache")
+        if self.export is None and self._shared is not None and self._shared_key is None:
+            self._shared_key = self._key()
+            hit = self._shared.load(self._shared_key) if self._shared_key else None
+            if hit is not None:
+                self.export, ops = hit
+                self._add_aten(ops, "an identical submodule's export runs it")
         if self.export is None:
             functions = python_op_export.FunctionPolicy(st.custom_autograd, st.allow_checkpoint,
                                                         st.skipped_functions,
@@ -112,6 +132,9 @@ class GraphRunner:
         self.buffer_updates = BufferUpdates(self._module, self.export.buffer_updates)  # trailing outputs
         self._engines: dict = {}
         self._release_plans: dict = {}  # (id(engine), number of user tensors) -> (engine, plan)
+
+    def _add_aten(self, names: list[str], why: str) -> None:
+        self._aten.add({op: why for op in filter(None, (resolve_aten(n.replace("::", ".")) for n in names))})
 
     @property
     def params(self) -> list:
@@ -148,6 +171,10 @@ class GraphRunner:
                 try:
                     engine = self._build(training, list(flags) if flags else [False] * n_inputs)
                 except Exception as e:
+                    if self.export.shared:  # a sibling's graph: this module exports its own
+                        self._shared.drop(self._shared_key)
+                        self._export(args, kwargs)
+                        continue
                     if not self.export.from_cache:
                         raise
                     # A graph read from ORTMODULE_CACHE_DIR is never trusted over an export.
@@ -177,10 +204,14 @@ class GraphRunner:
     def _store_in_cache(self) -> None:
         """Writes the export once an engine has been built from it (the ATen fallback set is then
         final) and unless it came from the cache."""
-        if self._cache_key and not self.export.from_cache and not self.export.stored:
-            ops = [qualified_name(op) for op in self._aten.reasons]
+        if self.export.from_cache or self.export.shared or self.export.stored:
+            return
+        ops = [qualified_name(op) for op in self._aten.reasons]
+        if self._cache_key:
             disk_cache.store(self._settings.cache_dir, self._cache_key, self.export, ops)
-            self.export.stored = True
+        if self._shared_key:
+            self._shared.store(self._shared_key, self.export, ops)
+        self.export.stored = True
 
     def _disabled_passes(self) -> list[str]:
         disabled = set(self._settings.disabled_passes)
