@@ -553,7 +553,9 @@ class ORTModule(torch.nn.Module):
         last finished backward (each one makes a GPU step wait; counted on the CPU too, as if the
         values lived on a device; -1 before the first), `host_transfers` — the engine's ToHost nodes
         (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
-        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch (ORTModule.fallback)."""
+        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch
+        and, under partial acceleration, which of its submodules run in the engine
+        (ORTModule.fallback)."""
         engine = self._last_engine
         st = engine.stats() if engine is not None else {}
         graphs = getattr(engine, "cuda_graph_stats", None)
