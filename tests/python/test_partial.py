@@ -228,8 +228,9 @@ def test_a_copy_splits_again():
                                rtol=1e-5, atol=0)
 
 
-class ComplexOuter(torch.nn.Module):
-    """Takes a complex input the engine cannot take; its blocks take real tensors."""
+class Outer(torch.nn.Module):
+    """Blocks the engine takes, around a step it cannot: a complex input, or an op with neither a
+    kernel of ours nor the ATen fallback (sin, with ORTMODULE_ATEN_FALLBACK=0)."""
 
     def __init__(self):
         super().__init__()
@@ -237,19 +238,25 @@ class ComplexOuter(torch.nn.Module):
             torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8)) for _ in range(2))
 
     def forward(self, z):
-        x = z.real + z.imag
+        x = z.real + z.imag if z.is_complex() else torch.sin(z)
         for b in self.blocks:
             x = b(x)
         return x.pow(2).mean()
 
 
-def test_unsupported_data_splits_too(monkeypatch):
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_DATA")
+@pytest.mark.parametrize("flag, dtype, env", [
+    ("FALLBACK_UNSUPPORTED_DATA", torch.cfloat, {}),
+    ("FALLBACK_UNSUPPORTED_ONNX_MODEL", torch.float32, {"ORTMODULE_ATEN_FALLBACK": "0"}),
+])
+def test_the_other_failure_kinds_split_too(monkeypatch, flag, dtype, env):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", flag)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     torch.manual_seed(0)
-    eager = ComplexOuter()
+    eager = Outer()
     ours = ORTModule(copy.deepcopy(eager))
-    z = torch.randn(4, 8, dtype=torch.cfloat)
-    with pytest.warns(ORTModuleFallbackWarning, match="FALLBACK_UNSUPPORTED_DATA"):
+    z = torch.randn(4, 8, dtype=dtype)
+    with pytest.warns(ORTModuleFallbackWarning, match=flag):
         ours(z).backward()
     eager(z).backward()
     assert split_of(ours) == [("blocks.0", "engine"), ("blocks.1", "engine")]
