@@ -5,7 +5,8 @@ whole, trained by eager PyTorch, torch.compile (which breaks the graph at the br
 The model is nanoGPT at the suite's "baby" size (6 blocks of width 384, context 256, vocab 65,
 batch 8) with the branch placed by --where: "loop" (one block rescales its residual stream when
 it grows), "top" or "bottom" (a rescaling module after the embeddings or before the final norm).
-Per variant, in this one process: the first step timed alone (export or compilation included),
+Each variant runs in its own process with cold caches (common.run_watched): the first step timed
+alone (export or compilation included),
 then the median of --steps full steps (forward, backward, AdamW) after --warmup; the last loss (all
 variants train the same model from the same seed on the same batches). For ORTModule also where
 each submodule runs and the share of the step's FLOPs (torch.utils.flop_counter, forward and
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import statistics
 import sys
@@ -31,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
 import model_zoo  # noqa: E402
-from common import Report, cpu_model, machine  # noqa: E402
+from common import Report, cpu_model, machine, run_watched  # noqa: E402
 from torch_ort import ORTModule, ORTModuleFallbackWarning  # noqa: E402
 
 GPT = dict(vocab=65, width=384, heads=6, layers=6, positions=256)
@@ -88,14 +90,20 @@ def run(variant: str, where: str, steps: int, warmup: int) -> dict:
     return row
 
 
+POLICY = {"ORTMODULE_FALLBACK_POLICY": "FALLBACK_UNSUPPORTED_TORCH_MODEL"}  # the branch, nothing else
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--where", default="loop,top,bottom")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--child", nargs=2, metavar=("WHERE", "VARIANT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_UNSUPPORTED_TORCH_MODEL"  # only the branch
-    warnings.simplefilter("ignore", ORTModuleFallbackWarning)
+    if args.child:
+        warnings.simplefilter("ignore", ORTModuleFallbackWarning)
+        print("RESULT " + json.dumps(run(args.child[1], args.child[0], args.steps, args.warmup)))
+        return
     report = Report("partial")
     report.out("# Partial acceleration: a GPT with one data-dependent branch (CPU fp32)\n")
     report.out(f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {machine()}.\n")
@@ -107,7 +115,13 @@ def main() -> None:
     result = {"model": dict(GPT, batch=BATCH, context=CONTEXT), "steps": args.steps,
               "warmup": args.warmup, "cases": {}}
     for where in args.where.split(","):
-        rows = {v: run(v, where, args.steps, args.warmup) for v in VARIANTS}
+        rows = {}
+        for v in VARIANTS:
+            rows[v] = run_watched(os.path.abspath(__file__),
+                                  ["--child", where, v, "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                                  max_rss_gb=16, timeout_s=1800, env_extra=POLICY)
+            if "error" in rows[v]:
+                raise SystemExit(f"{where} {v}: {rows[v]['error']}\n{rows[v]['log_tail']}")
         result["cases"][where] = rows
         for v in VARIANTS:
             r = rows[v]
