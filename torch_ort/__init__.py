@@ -16,6 +16,6 @@ def pass_names() -> list[str]:
     return [n for n in _C.pass_names() if n not in required]
 
 
-__all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus", "ORTModuleFallbackWarning",
-           "optim", "pass_names", "utils"]
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus",
+           "ORTModuleFallbackWarning", "optim", "pass_names", "utils"]
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ import torch
 from torch_ort._compat import pytree
 from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, partial, python_op
 from torch_ort.ortmodule.aten_routing import AtenFallback, resolve_aten
+from torch_ort.ortmodule.compositions import fsdp_managed, refusal
 from torch_ort.ortmodule.variables import VARIABLES, Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback_policy import (
@@ -23,7 +24,6 @@ from torch_ort.ortmodule.fallback_policy import (
     ORTModuleError,
     ORTModuleInitException,
     ORTModuleIOError,
-    ORTModuleTorchModelException,
 )
 from torch_ort.ortmodule.debug_options import LOGGER, DebugOptions
 from torch_ort.ortmodule.plan_cache import PlanCache, describe
@@ -87,33 +87,6 @@ def _keys_without_wrapper(_module, state_dict, prefix, *_):
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
-def _fsdp_module(module: torch.nn.Module) -> bool:
-    """True when FSDP2's fully_shard was applied to `module` (its class became an FSDPModule)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch built without distributed
-        return False
-    return isinstance(module, FSDPModule)
-
-
-def _refusal(module: torch.nn.Module) -> ORTModuleTorchModelException | None:
-    """Why the engine does not take `module` as a whole (None when it does)."""
-    if isinstance(module, torch.nn.DataParallel):
-        return ORTModuleTorchModelException(
-            "ORTModule does not support torch.nn.DataParallel; wrap the module with ORTModule "
-            "first, then use DistributedDataParallel")
-    sharded = next((name for name, m in module.named_modules() if _fsdp_module(m)), None)
-    if sharded is not None:
-        # FSDP2 all-gathers parameters in hooks around each unit's forward: an export would trace
-        # through them, and the engine would bind sharded DTensors.
-        where = f"submodule {sharded!r}" if sharded else "the module"
-        return ORTModuleTorchModelException(
-            f"ORTModule does not support a module managed by FSDP2 (fully_shard was applied to "
-            f"{where}); wrap each unit with ORTModule first, then shard it: "
-            "fully_shard(ORTModule(block)) for each block, then fully_shard(model)")
-    return None
-
-
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -123,7 +96,7 @@ class ORTModule(torch.nn.Module):
         super().__init__()
         # A model type the engine does not take: raised under the fallback policy (construction,
         # then every call), as ORT does; FALLBACK_UNSUPPORTED_TORCH_MODEL runs it eager.
-        self._refused = _refusal(module)
+        self._refused = refusal(module)
         self._modules[_ORIGINAL] = module
         self._settings = Settings.from_env()  # every ORTMODULE_* variable; invalid values raise
         self._debug = debug_options or DebugOptions()
@@ -378,7 +351,7 @@ class ORTModule(torch.nn.Module):
                       remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Module]]:
         # children() is NOT delegated: train(), to() and apply() recurse through it and must
         # reach the wrapped module itself.
-        if _fsdp_module(self):
+        if fsdp_managed(self):
             # fully_shard(ORTModule(block)): FSDP2 finds its states (the root's lazy init, which
             # sets up the shared communication context) by walking named_modules; this ORTModule
             # carries one, so it shows itself first.
@@ -493,7 +466,7 @@ class ORTModule(torch.nn.Module):
         runner = self._plan_cache.get(key)
         params = runner.params if runner is not None else None  # read once per call
         if runner is None or not runner.accepts(tensors, params):
-            refused = _refusal(self.module)  # fully_shard applied inside after construction
+            refused = refusal(self.module)  # fully_shard applied inside after construction
             if refused is not None:
                 raise refused
             self._check_devices(tensors, self.module.parameters())

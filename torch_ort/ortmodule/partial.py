@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from torch_ort.ortmodule.compositions import fsdp_managed
 from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
 
 if TYPE_CHECKING:
@@ -95,8 +96,7 @@ class _Entry:
     parent: torch.nn.Module
     key: str                 # the child's name in parent._modules
     name: str                # its qualified name under the split module
-    child: torch.nn.Module
-    wrapper: "ORTModule"
+    wrapper: "ORTModule"     # around the child (wrapper.module)
 
 
 class Split:
@@ -104,7 +104,7 @@ class Split:
     forward runs eagerly."""
 
     def __init__(self, owner: "ORTModule"):
-        from torch_ort.ortmodule.ortmodule import ORTModule, _fsdp_module
+        from torch_ort.ortmodule.ortmodule import ORTModule  # (it imports this module)
 
         self._module = owner.module
         self._lock = threading.Lock()
@@ -115,7 +115,7 @@ class Split:
         self.entries: list[_Entry] = []
 
         def candidate(m: torch.nn.Module) -> bool:
-            return (not isinstance(m, ORTModule) and not _fsdp_module(m) and not _single_layer(m)
+            return (not isinstance(m, ORTModule) and not fsdp_managed(m) and not _single_layer(m)
                     and next(m.parameters(), None) is not None)
 
         def walk(parent: torch.nn.Module, prefix: str) -> None:
@@ -130,7 +130,7 @@ class Split:
                         wrapper = wrappers[id(child)] = ORTModule(child, owner._debug)
                         wrapper._fallback.quiet = True  # the owner reports the whole split once
                         wrapper._shared_exports = exports
-                    self.entries.append(_Entry(parent, key, prefix + key, child, wrapper))
+                    self.entries.append(_Entry(parent, key, prefix + key, wrapper))
 
         walk(self._module, "")
 
@@ -148,7 +148,7 @@ class Split:
                 self._depth -= 1
                 if self._depth == 0:
                     for e in self.entries:
-                        e.parent._modules[e.key] = e.child
+                        e.parent._modules[e.key] = e.wrapper.module
 
     def run(self, args: tuple, kwargs: dict) -> Any:
         """The module's forward, eagerly, its candidate children through their ORTModules."""
