@@ -43,6 +43,8 @@ def cpu_model() -> str:
 
 # --- child processes, each watched for memory and time (suite.py, memory.py) ---------------------
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a process prints when scripts/gpu_dry_run.py stops it at its first CUDA call.
+DRY_RUN_MARK = "[gpu dry run] stopped at the first CUDA call"
 
 
 def busy_cores(seconds: float = 1.0) -> float:
@@ -78,6 +80,8 @@ def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: floa
                    TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
         env.pop("ORTMODULE_CACHE_DIR", None)  # a cached export would hide the first step's cost
         env.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # never time eager as ours
+        # This checkout's torch_ort, also where nothing installed it (a bare python3 on a GPU machine).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
         env.update(env_extra or {})
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         load = busy_cores()  # other work on the machine skews every figure: recorded

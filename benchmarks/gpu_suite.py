@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import sys
@@ -43,8 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from common import (cpu_model, measured_row, percent_text, ratio, run_watched, times_text,  # noqa: E402
-                    write_results)
+from common import (DRY_RUN_MARK, cpu_model, measured_row, percent_text, ratio, run_watched,  # noqa: E402
+                    times_text, write_results)
 
 CASES = {
     "nanogpt": dict(kind="nanogpt", label="nanoGPT-124M", vocab=50304, width=768, heads=12, layers=12,
@@ -69,7 +70,10 @@ DRIFT = 0.02  # a last loss this far from eager's (relative) is flagged
 
 
 def sizes(case_name: str, device: str) -> dict:
-    return dict(CASES[case_name], **(TINY if device == "cpu" else {}))
+    """A case's sizes; the tiny ones on the CPU and in a dry run (scripts/gpu_dry_run.py), where
+    the models are built only to reach the first CUDA call."""
+    tiny = device == "cpu" or os.environ.get("TORCH_ORT_GPU_DRY_RUN") == "1"
+    return dict(CASES[case_name], **(TINY if tiny else {}))
 
 
 # --- child: one variant of one case, in a process of its own ---------------------------------------
@@ -163,8 +167,11 @@ def environment(device: str) -> dict:
     return env
 
 
-def child(case_name: str, variant: str, device: str, steps: int, warmup: int) -> dict:
+def child(case_name: str, variant: str, device: str, steps: int, warmup: int, probe: bool = False) -> dict:
     import torch
+    if variant.startswith("ortmodule"):  # imported before anything touches the device (a dry run stops there)
+        from torch_ort import ORTModule
+        from torch_ort.optim import AdamWMode, FusedAdam
     case = sizes(case_name, device)
     torch.manual_seed(0)
     model, make_batch, loss_of, per_sequence = build(case)
@@ -176,10 +183,8 @@ def child(case_name: str, variant: str, device: str, steps: int, warmup: int) ->
     elif variant == "compile_ro":
         model = torch.compile(model, mode="reduce-overhead")
     elif variant.startswith("ortmodule"):
-        from torch_ort import ORTModule
         model = ORTModule(model)
     if variant == "ortmodule_fused":
-        from torch_ort.optim import AdamWMode, FusedAdam
         opt = FusedAdam(params, lr=1e-4, weight_decay=0.01, adam_w_mode=AdamWMode.ADAMW_TORCH)
     else:
         opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=device == "cuda")
@@ -192,11 +197,14 @@ def child(case_name: str, variant: str, device: str, steps: int, warmup: int) ->
     # before the next replay overwrites it.
     step_begin = torch.compiler.cudagraph_mark_step_begin if variant == "compile_ro" else (lambda: None)
 
+    loss_dtypes = []
+
     def step(i: int):
         args, kwargs = batches[i % len(batches)]
         step_begin()
         with torch.autocast(device, dtype=torch.bfloat16):
             loss = loss_of(model(*args, **kwargs))
+        loss_dtypes[:] = [str(loss.dtype).replace("torch.", "")]
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -228,12 +236,53 @@ def child(case_name: str, variant: str, device: str, steps: int, warmup: int) ->
         steady = whole = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"first_step_s": first, "median_step_s": statistics.median(times), "times_s": times,
            "mean_step_s": sum(times) / len(times), "peak_steady_bytes": steady, "peak_whole_bytes": whole,
-           "first_loss": first_loss, "last_loss": losses[-1], "losses": losses,
+           "first_loss": first_loss, "last_loss": losses[-1], "losses": losses, "loss_dtype": loss_dtypes[0],
            "parameters": sum(p.numel() for p in params), "flops_per_step": flops, "env": environment(device)}
     if variant.startswith("ortmodule"):
         stats = getattr(model, "stats", None)
         out["stats"] = (json.loads(json.dumps(stats(), default=str)) if callable(stats)
                         else {"error": "this ORTModule has no stats()"})
+    if probe:
+        out["probe"] = probe_step(step, device, 1 + warmup + steps)
+    return out
+
+
+# Attention's kernels and operators, fused or not (a softmax that is not the loss's log-softmax).
+ATTENTION = re.compile(r"attention|attn|fmha|flash|sdpa|(?<!log)(?<!log_)softmax(?!_backward_data)", re.IGNORECASE)
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def probe_step(step, device: str, i: int) -> dict:
+    """What one steady step does, beyond its time: the attention operators and kernels the profiler
+    saw, its device-to-host copies and host synchronizations, then two more steps under
+    torch.cuda.set_sync_debug_mode("error") (a synchronizing call raises, naming itself)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step(i)
+    ops, kernels, copies, syncs = {}, {}, 0, {}
+    for e in prof.key_averages():
+        on_device = "CUDA" in str(getattr(e, "device_type", ""))
+        if on_device and "Memcpy DtoH" in e.key:
+            copies += e.count
+        elif e.key in SYNCS:
+            syncs[e.key] = e.count
+        elif ATTENTION.search(e.key) and not e.key.startswith("autograd::"):
+            (kernels if on_device else ops)[e.key[:160]] = e.count
+    out = {"attention_ops": ops, "attention_kernels": kernels, "d2h_copies": copies, "syncs": syncs}
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for k in range(2):
+                step(i + 1 + k)
+            out["sync_debug"] = "no synchronizing call in 2 steps"
+        except RuntimeError as e:
+            out["sync_debug"] = f"raised: {str(e).splitlines()[0][:300]}"
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
     return out
 
 
@@ -385,6 +434,27 @@ def _gemm_table(result: dict) -> list[str]:
     return lines + [f"| **peak** | | | **{_tflops(gemm['peak'])}** |"]
 
 
+def _probe_table(result: dict) -> list[str]:
+    """One row per variant that ran with --probe: what its steady step did besides taking time."""
+    rows = [(case, v, r) for case, c in result["cases"].items() for v, r in c["variants"].items()
+            if "probe" in r]
+    if not rows:
+        return []
+    lines = ["", "## Probe: one steady step, looked into", "", f"_{stamp(result)}_", "",
+             "| case | variant | median step | loss dtype, first → last | host reads (fwd + bwd) | "
+             "device→host copies | synchronizations | sync debug mode \"error\" | attention (ops; kernels) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for case, variant, r in rows:
+        p = r["probe"]
+        counted = lambda d: ", ".join(f"{k} ×{n}" for k, n in d.items()) or "none"  # noqa: E731
+        cells = [_label(case), VARIANTS[variant], _seconds(r["median_step_s"]),
+                 f"{r.get('loss_dtype', '?')}, {r['first_loss']:.4f} → {r['last_loss']:.4f}", _host_reads(r),
+                 str(p["d2h_copies"]), counted(p["syncs"]), p.get("sync_debug", "-"),
+                 f"{counted(p['attention_ops'])}; {counted(p['attention_kernels'])}"]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return lines
+
+
 def markdown(result: dict) -> list[str]:
     e, peak = _env(result), result.get("gemm", {}).get("peak")
     lines = [f"# GPU training-step suite, {result['date']}", "", f"_{stamp(result)}_", "",
@@ -408,6 +478,7 @@ def markdown(result: dict) -> list[str]:
     for goal, measured, target, ok in goals(result):
         shown = verdict[ok] if result["device"] == "cuda" or ok is None else f"({verdict[ok]}: CPU check)"
         lines.append(f"| {goal} | {measured} | {target} | {shown} |")
+    lines += _probe_table(result)
     for case in result["cases"]:
         lines += _case_table(result, case)
     return lines + _gemm_table(result)
@@ -454,8 +525,9 @@ def chart(result: dict, path: str) -> None:
 
 
 def write(result: dict, out_dir: str, with_chart: bool = True) -> list[str]:
-    """gpu_suite.json, gpu_suite.md (and gpu_suite.png) in out_dir; returns the markdown lines."""
-    return write_results(result, out_dir, "gpu_suite", markdown, chart if with_chart else (lambda r, p: None))
+    """<name>.json, <name>.md (and <name>.png) in out_dir; returns the markdown lines."""
+    return write_results(result, out_dir, result.get("name", "gpu_suite"), markdown,
+                         chart if with_chart else (lambda r, p: None))
 
 
 # --- parent ------------------------------------------------------------------------------------------
@@ -470,14 +542,19 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per variant process")
     parser.add_argument("--stop-at", type=float, default=0,
                         help="Unix time: start no variant after it, and stop a running one there")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where gpu_suite.* go")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where <name>.* go")
+    parser.add_argument("--name", default="gpu_suite", help="the results' file name (default gpu_suite)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also profile one steady step per variant (attention kernels, copies, "
+                             "synchronizations) and run two under torch.cuda.set_sync_debug_mode('error')")
+    parser.add_argument("--no-gemm", action="store_true", help="skip the bf16 GEMM peak (no MFU)")
     parser.add_argument("--from-json", help="only re-render the markdown and chart of a gpu_suite.json")
     parser.add_argument("--child", nargs=2, metavar=("CASE", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--gemm-peak", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cases, variants = args.cases.split(","), args.variants.split(",")
     if args.child:
-        print("RESULT " + json.dumps(child(*args.child, args.device, args.steps, args.warmup)))
+        print("RESULT " + json.dumps(child(*args.child, args.device, args.steps, args.warmup, args.probe)))
         return
     if args.gemm_peak:
         print("RESULT " + json.dumps(gemm_peak(cases, args.device)))
@@ -494,30 +571,46 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA GPU here; --device cpu runs the same code on tiny models")
     ram_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    result = {"date": time.strftime("%Y-%m-%d"), "device": args.device, "steps": args.steps,
+    result = {"name": args.name, "date": time.strftime("%Y-%m-%d"), "device": args.device, "steps": args.steps,
               "warmup": args.warmup, "cases": {c: {"variants": {}} for c in cases},
               "env": {"python": platform.python_version(), "torch": torch.__version__, "cpu": cpu_model(),
                       "cores": os.cpu_count()}}
+
+    dry_run = os.environ.get("TORCH_ORT_GPU_DRY_RUN") == "1"  # scripts/gpu_dry_run.py
+    dry_failures, checked_cases, checked_variants = [], set(), set()
 
     def run(argv: list[str], env_extra: dict | None = None) -> dict:
         left = args.stop_at - time.time() if args.stop_at else args.timeout
         if left <= 0:
             return {"error": "not run: the --stop-at time had passed"}
-        return run_watched(os.path.abspath(__file__), [*argv, "--device", args.device], 0.8 * ram_gb,
-                           min(args.timeout, left), env_extra)
+        r = run_watched(os.path.abspath(__file__), [*argv, "--device", args.device], 0.8 * ram_gb,
+                        min(args.timeout, left), env_extra)
+        if dry_run:  # a child must get as far as its first CUDA call
+            if DRY_RUN_MARK in r.get("log_tail", ""):
+                return {"error": "dry run: reached its first CUDA call"}
+            dry_failures.append(f"{' '.join(argv)}: {r.get('error', 'finished without a CUDA call')}")
+        return r
 
-    print(f"[gpu_suite] bf16 GEMM peak ({args.device}):", end=" ", flush=True)
-    result["gemm"] = gemm = run(["--gemm-peak", "--cases", ",".join(cases)])
-    print(gemm["error"] if "error" in gemm else f"{_tflops(gemm['peak'])} TFLOP/s ({gemm['wall_s']:.0f} s)",
-          flush=True)
+    if not args.no_gemm:
+        print(f"[gpu_suite] bf16 GEMM peak ({args.device}):", end=" ", flush=True)
+        result["gemm"] = gemm = run(["--gemm-peak", "--cases", ",".join(cases)])
+        print(gemm["error"] if "error" in gemm else f"{_tflops(gemm['peak'])} TFLOP/s ({gemm['wall_s']:.0f} s)",
+              flush=True)
     for variant in variants:  # variant by variant: a run cut short has the first ones for every case
         env = {}
         if variant.startswith("ortmodule"):
             env = {"ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE",
                    "ORTMODULE_USE_CUDA_GRAPH": "1" if variant == "ortmodule_cg" else "0"}
         for case in cases:
+            if dry_run and case in checked_cases and variant in checked_variants:  # each checked already
+                result["cases"][case]["variants"][variant] = {"error": "not run: a dry run checks each "
+                                                              "case and each variant once"}
+                continue
+            checked_cases.add(case)
+            checked_variants.add(variant)
             print(f"[gpu_suite] {case}/{variant}:", end=" ", flush=True)
             argv = ["--child", case, variant, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            argv += ["--probe"] if args.probe else []
             r = result["cases"][case]["variants"][variant] = run(argv, env)
             print(r["error"] if "error" in r else
                   f"first {_seconds(r['first_step_s'])}, median {_seconds(r['median_step_s'])}, "
@@ -530,6 +623,9 @@ def main() -> None:
           f"{sum(r.get('error', '').startswith('not run') for r in rows)} not run, "
           f"{sum('error' in r and not r['error'].startswith('not run') for r in rows)} failed; "
           f"goals met: {sum(judged)} of {len(judged)} measured ({args.device}); written to {args.out}")
+    if dry_failures:
+        sys.exit("[gpu_suite] dry run: these children failed before their first CUDA call:\n  "
+                 + "\n  ".join(dry_failures))
 
 
 if __name__ == "__main__":

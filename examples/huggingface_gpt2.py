@@ -90,7 +90,9 @@ def build_model(args) -> torch.nn.Module:
 def perplexity(model, data: torch.Tensor, args) -> float:
     model.eval()
     gen = torch.Generator().manual_seed(args.seed + 1)
-    losses = [model(input_ids=x.to(args.device), labels=x.to(args.device)).loss.item()
+    # No key/value cache: perplexity needs none, and torch 2.11's exporter fails on one returned
+    # under no_grad.
+    losses = [model(input_ids=x.to(args.device), labels=x.to(args.device), use_cache=False).loss.item()
               for x, _ in zip(batches(data, args.batch, args.seq, gen), range(args.eval_batches))]
     model.train()
     return math.exp(sum(losses) / len(losses))
