@@ -350,7 +350,7 @@ TEST(AttentionFusion, HandWrittenTransposeDivAndZeroDropout) {
 // Training-mode dropout (HF's attention dropout 0.1): the kernel draws it. Attention carries the
 // rate and two more outputs, the random state, which its gradient reads to replay the mask.
 TEST(AttentionFusion, TrainingDropoutBecomesAttentionWithDropout) {
-  Built b = attention_graph({.causal = true, .reshape_kt = true, .nan_guard = true, .dropout = 0.1});
+  Built b = attention_graph({.causal = true, .nan_guard = true, .reshape_kt = true, .dropout = 0.1});
   ASSERT_TRUE(fuse(b.g));
   const auto att = ops(b.g, "Attention");
   ASSERT_EQ(att.size(), 1u);

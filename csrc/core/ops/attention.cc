@@ -39,7 +39,8 @@ namespace {
 
 // Attention(Q (B, H, L, D), K (B, H, S, D), V (B, H, S, Dv), [mask]) -> (Y (B, H, L, Dv),
 // LogSumExp (B, H, L), [Backend ()], [RngState0], [RngState1]). The random state's form is the
-// backend's (a fused kernel's philox seed and offset, the math path's seed or keep-mask): no shape.
+// backend's (a fused kernel's philox seed and offset, the math path's CPU generator state or
+// keep-mask): no shape.
 // A known rank other than 4 is a contradiction: the kernel takes only 4-D.
 void attention_shape(ShapeCtx& c) {
   c.set(2, Shape::of({}));

@@ -8,11 +8,11 @@
 // kernel saved (Y and its LogSumExp, no (L, S) matrix). With a `dropout` rate p the forward also
 // returns the random state of its draw and the backward replays exactly that mask: a fused CUDA
 // kernel's philox (seed, offset) tensors, passed through untouched (device tensors under CUDA
-// graph capture: never read on the host), or the math path's (attention.h: a CPU seed, or the
-// mask on another device; RngState1 unused). Inputs no fused kernel takes (head sizes that differ,
-// broadcast batch dims, a gradient into LogSumExp) go to the math composite (attention_math.cc),
-// which keeps the same contract (the probabilities recomputed from LogSumExp), so the result is
-// right on every path. Every path agrees with the unfused graph's
+// graph capture: never read on the host), or the math path's (attention.h: the CPU generator's
+// state, or the mask on another device; RngState1 unused). Inputs no fused kernel takes (head
+// sizes that differ, broadcast batch dims, a gradient into LogSumExp) go to the math composite
+// (attention_math.cc), which keeps the same contract (the probabilities recomputed from
+// LogSumExp), so the result is right on every path. Every path agrees with the unfused graph's
 // dropout(softmax(scale·Q·Kᵀ + mask), p)·V.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <array>
