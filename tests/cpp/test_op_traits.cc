@@ -75,6 +75,19 @@ TEST(OpTraits, RandomOpsAreExactlyTheOnesThatDraw) {
   EXPECT_FALSE(is_random(node("", "Add")));
 }
 
+// Attention draws only with a dropout rate: then cse and recompute leave it alone, as a Dropout.
+TEST(OpTraits, AttentionIsRandomOnlyWithDropout) {
+  Node plain = node(kOurDomain, "Attention");
+  EXPECT_FALSE(is_random(plain));
+  EXPECT_TRUE(is_recomputable(plain));
+  Node dropping = plain;
+  dropping.attrs.set("dropout", 0.1f);
+  EXPECT_TRUE(is_random(dropping));
+  EXPECT_FALSE(is_recomputable(dropping));
+  dropping.attrs.set("dropout", 0.0f);
+  EXPECT_FALSE(is_random(dropping));
+}
+
 TEST(OpTraits, OpaqueOpsRunCodeWeDoNotControl) {
   EXPECT_EQ(ops_where([](const OpTraits& t) { return t.opaque; }),
             both(ours({"ATenOp", "ATenOpGrad", "PythonOp"}), {"org.pytorch.aten::ATen"}));

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/verifier.h"
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/passes/pass.h"
 #include "tests/cpp/grad_cases.h"
 #include "tests/cpp/ir_builders.h"
@@ -112,6 +114,8 @@ struct Opts {
   bool div_scale = false;     // (Q·Kᵀ) / 2 instead of the exporter's Q·√s and Kᵀ·√s
   int64_t softmax_axis = -1;
   double dropout = -1;        // >= 0: a training-mode Dropout of this ratio after Softmax
+  bool ratio_input = false;   // ... whose ratio is a graph input (known only at run time)
+  bool training_input = false;  // ... whose training_mode is a graph input
   bool leak_probs = false;    // P is also a graph output
   bool dynamic_head = false;  // the head size D is a symbol: the scale 1/√D is not a constant
 };
@@ -232,8 +236,13 @@ Built attention_graph(const Opts& o) {
   if (o.dropout >= 0) {
     ValueId dropped = val("dropped", {B, H, T, T});
     ValueId training = g.add_value("training", DType::kBool, Shape::of({}));
-    g.initializers[training] = TensorData{DType::kBool, {}, std::string(1, '\1')};
-    add_node(g, "Dropout", {p, fconst("ratio", o.dropout), training}, {dropped}, "/dropout");
+    if (o.training_input)
+      g.inputs.push_back(training);
+    else
+      g.initializers[training] = TensorData{DType::kBool, {}, std::string(1, '\1')};
+    ValueId ratio = o.ratio_input ? val("ratio", {}) : fconst("ratio", o.dropout);
+    if (o.ratio_input) g.inputs.push_back(ratio);
+    add_node(g, "Dropout", {p, ratio, training}, {dropped}, "/dropout");
     p = dropped;
   }
   b.y = val("y", {B, H, T, D});
@@ -333,7 +342,50 @@ TEST(AttentionFusion, HandWrittenTransposeDivAndZeroDropout) {
   ASSERT_EQ(att.size(), 1u);
   EXPECT_FLOAT_EQ(att[0]->attrs.get_float("scale", 0), 0.5f);  // ÷ 2
   EXPECT_TRUE(ops(b.g, "Dropout").empty());
+  EXPECT_FALSE(att[0]->attrs.has("dropout"));  // ratio 0: the identity, nothing to draw
+  EXPECT_EQ(att[0]->outputs.size(), 3u);
   expect_same_numbers(before, b);
+}
+
+// Training-mode dropout (HF's attention dropout 0.1): the kernel draws it. Attention carries the
+// rate and two more outputs, the random state, which its gradient reads to replay the mask.
+TEST(AttentionFusion, TrainingDropoutBecomesAttentionWithDropout) {
+  Built b = attention_graph({.causal = true, .nan_guard = true, .reshape_kt = true, .dropout = 0.1});
+  ASSERT_TRUE(fuse(b.g));
+  const auto att = ops(b.g, "Attention");
+  ASSERT_EQ(att.size(), 1u);
+  EXPECT_FLOAT_EQ(att[0]->attrs.get_float("dropout", 0), 0.1f);
+  EXPECT_EQ(att[0]->attrs.get_int("causal", 0), 1);
+  EXPECT_EQ(att[0]->outputs[0], b.y);
+  ASSERT_EQ(att[0]->outputs.size(), 5u);
+  for (int i : {3, 4}) EXPECT_EQ(b.g.value(att[0]->outputs[i]).dtype, DType::kInt64);
+  for (const char* gone : {"Softmax", "Dropout", "IsNaN", "Where", "Trilu"})
+    EXPECT_TRUE(ops(b.g, gone).empty()) << gone << " left behind";
+  EXPECT_TRUE(is_random(*att[0]));
+  EXPECT_FALSE(is_recomputable(*att[0]));
+
+  TrainingGraph tg = build_training_graph(b.g, {true, true, true});
+  verify(as_exportable_graph(tg));
+  const auto grads = ops(tg.graph, "AttentionGrad");
+  ASSERT_EQ(grads.size(), 1u);
+  const Node& fwd = *ops(tg.graph, "Attention")[0];
+  ASSERT_EQ(grads[0]->inputs.size(), 11u);
+  EXPECT_EQ(grads[0]->inputs[8], fwd.outputs[2]);   // Backend
+  EXPECT_EQ(grads[0]->inputs[9], fwd.outputs[3]);   // the random state: the same draw
+  EXPECT_EQ(grads[0]->inputs[10], fwd.outputs[4]);
+  EXPECT_FLOAT_EQ(grads[0]->attrs.get_float("dropout", 0), 0.1f);
+  EXPECT_TRUE(ops(tg.graph, "DropoutGrad").empty());
+}
+
+// A Dropout that drops with no ratio input takes ONNX's default 0.5.
+TEST(AttentionFusion, DropoutWithoutRatioTakesTheDefault) {
+  Built b = attention_graph({.causal = true, .dropout = 0.1});
+  for (Node& n : b.g.nodes)
+    if (n.op_type == "Dropout") n.inputs[1] = kNoValue;
+  ASSERT_TRUE(fuse(b.g));
+  const auto att = ops(b.g, "Attention");
+  ASSERT_EQ(att.size(), 1u);
+  EXPECT_FLOAT_EQ(att[0]->attrs.get_float("dropout", 0), 0.5f);
 }
 
 TEST(AttentionFusion, DynamicHeadSizeKeepsSdpaDefaultScale) {
@@ -353,7 +405,9 @@ TEST(AttentionFusion, DoesNotFireWhenAConditionFails) {
       {"softmax over another axis", {.causal = true, .softmax_axis = 2}},
       {"probabilities read elsewhere", {.causal = true, .leak_probs = true}},
       {"mask a gradient can reach", {.float_mask = true}},
-      {"dropout that drops", {.causal = true, .dropout = 0.1}},
+      {"dropout ratio known only at run time", {.causal = true, .dropout = 0.1, .ratio_input = true}},
+      {"dropout training flag known only at run time", {.causal = true, .dropout = 0.1, .training_input = true}},
+      {"dropout of ratio 1", {.causal = true, .dropout = 1.0}},
   };
   for (const auto& [why, o] : cases) {
     Built b = attention_graph(o);

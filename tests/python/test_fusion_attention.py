@@ -1,8 +1,8 @@
 """attention_fusion on real exports: the pass fires on every attention layer of nanoGPT
 (F.scaled_dot_product_attention(is_causal=True)), Hugging Face GPT-2 and BERT (SDPA with a padding
-mask), in training and in eval; it stays off where a condition fails (attention dropout that
-drops); and training through the fused Attention/AttentionGrad keeps parity with eager PyTorch
-and with the same engine with the pass disabled (losses and gradients).
+mask), in training and in eval, and with attention dropout in training (the kernel draws it:
+test_attention_dropout.py); and training through the fused Attention/AttentionGrad keeps parity
+with eager PyTorch and with the same engine with the pass disabled (losses and gradients).
 
 Tolerances as tests/python/test_models.py (fp32): losses rtol 1e-4, gradients rtol 1e-3 / atol 1e-5."""
 import copy
@@ -72,14 +72,31 @@ def test_fires_in_eval_export_even_with_dropout_configured(strict, name):
     assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == model_zoo.LAYERS
 
 
-def test_does_not_fire_when_attention_dropout_drops(strict):
+@pytest.mark.parametrize("name", ["gpt2", "bert_cls"])
+def test_fires_with_attention_dropout_in_training(strict, name):
+    """HF's default attention dropout (0.1 here) in train mode: every layer's Softmax → Dropout →
+    MatMul is one Attention carrying the rate, whose gradient replays the forward's random state;
+    training runs (seeded parity with eager through it: test_models.py's dropout test)."""
     torch.manual_seed(0)
-    ours = ORTModule(model_zoo.gpt2(dropout=0.1))
-    torch.manual_seed(1)
-    one_step(ours, "gpt2")
+    ours = ORTModule(model_zoo.ZOO[name][0](dropout=0.1))
+    opt = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        args, kwargs = model_zoo.ZOO[name][1](4, 16, gen)
+        _, loss, _ = train_step(ours, opt, args, kwargs)
+        assert math.isfinite(loss), f"step {step}: loss {loss}"
     nodes = forward_ops(ours)
-    assert not any(n.op_type == "Attention" for n in nodes)
-    assert sum(n.op_type == "Softmax" for n in nodes) == model_zoo.LAYERS
+    att = [n for n in nodes if n.op_type == "Attention"]
+    assert len(att) == model_zoo.LAYERS
+    assert not any(n.op_type == "Softmax" for n in nodes)
+    for n in att:
+        assert attrs(n)["dropout"] == pytest.approx(0.1)
+        assert len(n.output) == 5  # Y, LogSumExp, Backend, and the random state
+    graph = onnx.load_from_string(engine_of(ours).training_graph_onnx()).graph
+    grads = [n for n in graph.node if n.op_type == "AttentionGrad"]
+    assert len(grads) == model_zoo.LAYERS
+    assert {tuple(n.output[3:5]) for n in graph.node if n.op_type == "Attention"} == \
+        {tuple(n.input[9:11]) for n in grads}
 
 
 def run_twins(name, make_a, make_b, steps):

@@ -1,7 +1,8 @@
 // The attention family: our fused Attention (passes/attention_fusion.cc) and AttentionGrad, which
 // recomputes the attention probabilities from the forward's LogSumExp (flash attention's
-// backward), so no (L, S) matrix is kept between forward and backward. Kernels:
-// csrc/runtime/kernels/attention.cc.
+// backward), so no (L, S) matrix is kept between forward and backward. With a `dropout` rate the
+// forward also returns the random state its draw came from (outputs 3 and 4), and AttentionGrad
+// replays exactly that draw from it. Kernels: csrc/runtime/kernels/attention.cc.
 // One home per op: its traits line (attention_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"
@@ -10,13 +11,22 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+// Attention with a dropout rate draws its mask: a clone would draw another (never recomputed,
+// never merged by cse).
+bool drops(const Node& n) { return n.attrs.get_float("dropout", 0.0f) > 0.0f; }
+
+}  // namespace
 
 std::vector<OpEntry> attention_ops() {
   return {
-      // arity: (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend])
-      {kOurDomain, "Attention", {.recomputable = true, .arity = OpArity{3, 4, 2, 3}}},
-      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend]) -> ([dQ], [dK], [dV])
-      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 9, 3, 3, slots({0}), slots({0, 1, 2})}}},  // Backend (the forward's choice)
+      // arity: (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend], [RngState0], [RngState1])
+      {kOurDomain, "Attention", {.random_when = drops, .recomputable = true, .arity = OpArity{3, 4, 2, 5}}},
+      // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend], [RngState0], [RngState1])
+      //   -> ([dQ], [dK], [dV]); host input: Backend (the forward's choice). The random state
+      //   stays where the forward made it (on the device for CUDA graphs): no host input.
+      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 11, 3, 3, slots({0}), slots({0, 1, 2})}}},
   };
 }
 
@@ -28,10 +38,14 @@ namespace {
 // --- shape rules (shapes/shape_rules.h)
 
 // Attention(Q (B, H, L, D), K (B, H, S, D), V (B, H, S, Dv), [mask]) -> (Y (B, H, L, Dv),
-// LogSumExp (B, H, L), [Backend ()]). A known rank other than 4 is a contradiction: the kernel
-// takes only 4-D.
+// LogSumExp (B, H, L), [Backend ()], [RngState0], [RngState1]). The random state's form is the
+// backend's (a fused kernel's philox seed and offset, the math path's CPU generator state or
+// keep-mask): no shape.
+// A known rank other than 4 is a contradiction: the kernel takes only 4-D.
 void attention_shape(ShapeCtx& c) {
   c.set(2, Shape::of({}));
+  c.set(3, Shape::unknown());
+  c.set(4, Shape::unknown());
   for (int i = 0; i < 3; ++i)
     if (c.rank(i) >= 0 && c.rank(i) != 4)
       c.fail("input " + std::to_string(i) + " (Q, K, V) must have rank 4 (B, H, T, D), got " +
@@ -46,15 +60,17 @@ void attention_shape(ShapeCtx& c) {
   c.set(1, Shape::of({q.dims[0], q.dims[1], q.dims[2]}));
 }
 
-// AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLogSumExp]) -> (dQ, dK, dV), each shaped as its input.
+// AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend], [RngState0],
+// [RngState1]) -> (dQ, dK, dV), each shaped as its input.
 void attention_grad_shape(ShapeCtx& c) {
   for (int k = 0; k < 3; ++k) c.set(k, c.in(k + 1));
 }
 
 // --- gradient rules (autodiff/gradient_registry.h)
 
-// P = softmax(scale·Q·Kᵀ + mask), Y = P·V:
-// dV = Pᵀ·dY,  dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y)),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q.
+// P = softmax(scale·Q·Kᵀ + mask), Y = (P ⊙ M/(1−p))·V (M the forward's keep-mask, 1 without
+// dropout): dV = (P ⊙ M/(1−p))ᵀ·dY,  dS = P ⊙ ((dY·Vᵀ) ⊙ M/(1−p) − rowsum(dY ⊙ Y)),
+// dQ = scale·dS·K,  dK = scale·dSᵀ·Q. M is replayed from the forward's random state (outputs 3, 4).
 // Only the needed input gradients are outputs; the mask gets none (the pass fuses only masks no
 // gradient can reach). The pass's graphs never read LogSumExp but AttentionGrad; a gradient that
 // does reach it (a graph that outputs it) adds dS += P ⊙ dLSE, passed as input 7.
@@ -63,11 +79,14 @@ void attention_grad(GradCtx& g) {
   Attributes a;
   a.set("causal", g.attrs().get_int("causal", 0));
   if (g.attrs().has("scale")) a.set("scale", g.attrs().get_float("scale", 1.0f));  // absent: 1/√D
-  // The forward's backend choice (output 2) makes the backward run the same kernel family.
-  const ValueId backend = g.node().outputs.size() > 2 ? g.node().outputs[2] : kNoValue;
+  if (g.attrs().has("dropout")) a.set("dropout", g.attrs().get_float("dropout", 0.0f));
+  // The forward's backend choice (output 2) makes the backward run the same kernel family, and
+  // its random state (outputs 3, 4) the same dropout mask.
+  const auto out_or_none = [&](size_t i) { return g.node().outputs.size() > i ? g.node().outputs[i] : kNoValue; };
   std::vector<ValueId> ins{g.grad_out(0), g.in(0),  g.in(1),  g.in(2), g.out(0),
                            g.out(1),      g.has_in(3) ? g.in(3) : kNoValue,
-                           g.has_grad_out(1) ? g.grad_out(1) : kNoValue, backend};
+                           g.has_grad_out(1) ? g.grad_out(1) : kNoValue, out_or_none(2), out_or_none(3),
+                           out_or_none(4)};
   while (ins.back() == kNoValue) ins.pop_back();
   std::vector<ValueId> like;
   for (int i = 0; i < 3; ++i) like.push_back(g.needs(i) ? g.in(i) : kNoValue);

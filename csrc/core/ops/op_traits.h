@@ -64,6 +64,9 @@ struct OpTraits {
   // Draws random numbers: two equal nodes differ (cse never merges them) and a clone draws anew
   // (recompute never clones them). Not DropoutGrad: it replays the forward's mask.
   bool random = false;
+  // Draws random numbers only for some attributes (Attention with a `dropout` rate): is_random
+  // asks it per node, and such a node is never recomputable, whatever `recomputable` says.
+  bool (*random_when)(const Node& n) = nullptr;
   bool opaque = false;          // runs code we do not control (PythonOp, ATenOp): never merged
   // Reruns bit-identically, so planner/recompute.cc may clone it into backward instead of saving
   // its output: deterministic, stateless, free of side effects, vetted. Never `random` (a
@@ -109,9 +112,12 @@ const OpTraits* find_op(std::string_view domain, std::string_view op_type);
 // The node's traits; an op without an entry gets the empty traits (every flag false).
 const OpTraits& op_traits(const Node& n);
 
-inline bool is_random(const Node& n) { return op_traits(n).random; }
+inline bool is_random(const Node& n) {
+  const OpTraits& t = op_traits(n);
+  return t.random || (t.random_when && t.random_when(n));
+}
 inline bool is_opaque(const Node& n) { return op_traits(n).opaque; }
-inline bool is_recomputable(const Node& n) { return op_traits(n).recomputable; }
+inline bool is_recomputable(const Node& n) { return op_traits(n).recomputable && !is_random(n); }
 
 // Every entry, as "domain::op" ("::Add", "com.torch_ort::BiasGelu"), sorted (for tests).
 std::vector<std::string> op_traits_ops();

@@ -1,18 +1,24 @@
 // attention_fusion: scaled-dot-product attention written as ops -> one com.torch_ort::Attention
-// (Q, K, V, [mask]; causal, scale) whose kernel is ATen's fused SDPA (flash attention on CPU).
+// (Q, K, V, [mask]; causal, scale, dropout) whose kernel is ATen's fused SDPA (flash attention on
+// CPU; with dropout, the backend eager SDPA picks for it: on the CPU the math path).
 //
 // Pattern (what the exporter emits for F.scaled_dot_product_attention, and hand-written HF/nanoGPT
 // attention), read from the output MatMul backwards:
-//   Y = MatMul(P, V),  P = [Cast to itself | Dropout(ratio 0) | Where(IsNaN(P'), 0, P')] Softmax(X, -1)
+//   Y = MatMul(P, V),  P = [Cast to itself | Dropout | Where(IsNaN(P'), 0, P')] Softmax(X, -1)
 //   X = S | Add(S, M) | Add(M, S),   S = [Mul|Div by a scalar] MatMul([Mul(Q, c)], [Mul(Kᵀ, c)])
 //   Kᵀ = Transpose(K, [0,1,3,2]) | Reshape(Transpose(Reshape(K, (BH,S,D)), [0,2,1]), (B,H,D,S))
 // Conditions: Q, K, V of rank 4; every scale factor a constant scalar (constants, CastLike, Sqrt,
 // Div, and Shape(x)[i] of a known dim: the exporter computes 1/√D from Shape(Q)), or in all
 // exactly 1/√D of a dynamic head size D (then no scale attribute: the kernel's default); every
 // intermediate read only by the next node of the chain; the mask of rank <= 4 and of Q's dtype,
-// computed from nothing that can carry a gradient (Attention gives the mask none).
+// computed from nothing that can carry a gradient (Attention gives the mask none). A Dropout
+// whose mask nothing reads is taken when it is the identity (ratio 0, no training_mode, or
+// training_mode a constant false), or when it drops: training_mode a constant true and the ratio
+// a constant in (0, 1) (absent: ONNX's 0.5), which becomes the `dropout` attribute (one such
+// Dropout per chain). A ratio or training flag known only at run time is not fused.
 // Action: the output MatMul becomes Attention (same Y value, plus a LogSumExp output its
-// gradient reads); the chain's other nodes go. A mask that is the exporter's causal mask
+// gradient reads, the backend the kernel chose and, with dropout, the random state the backward
+// replays the mask from: outputs 3 and 4, see ops/attention.cc); the chain's other nodes go. A mask that is the exporter's causal mask
 // (Where(Trilu(ones(L, S)) == 0, -big, 0)) becomes causal=1 and is dropped. The NaN guard
 // (IsNaN -> 0) is absorbed: the kernel yields 0 for a fully masked row, as the guard does.
 #include <cmath>
@@ -51,6 +57,7 @@ struct Match {
   bool causal = false;
   Mono scale;                  // of the scores: constant, or the default 1/√D
   bool default_scale = false;  // the kernel computes 1/√D from Q at run time (no attribute)
+  double dropout = 0.0;        // the rate of a training-mode Dropout of P, 0 for none
 };
 
 class Matcher {
@@ -291,13 +298,21 @@ std::optional<Match> Matcher::match(NodeId at) const {
     if (pn < 0 || !g_.nodes[pn].domain.empty()) return std::nullopt;
     const Node& n = g_.nodes[pn];
     const bool same_type = g_.value(n.outputs[0]).dtype == g_.value(n.inputs[0]).dtype;
-    // Dropout is the identity when its ratio is 0 or it is not training (and its mask unread).
+    // Dropout (its mask unread) is the identity when its ratio is 0 or it is not training; when
+    // it drops (training_mode constant true, a constant ratio in (0, 1)) the kernel draws it.
     auto in_is = [&](size_t i, double c) { return i < n.inputs.size() && scalar(n.inputs[i]) == c; };
     auto absent = [&](size_t i) { return i >= n.inputs.size() || n.inputs[i] == kNoValue; };
-    const bool no_drop = n.op_type == "Dropout" &&
-                         (n.outputs.size() < 2 || n.outputs[1] == kNoValue || private_value(n.outputs[1], 0)) &&
-                         (in_is(1, 0.0) || absent(2) || in_is(2, 0.0));
-    if (!((n.op_type == "Cast" && same_type) || n.op_type == "Identity" || no_drop)) break;
+    const bool dropout = n.op_type == "Dropout" &&
+                         (n.outputs.size() < 2 || n.outputs[1] == kNoValue || private_value(n.outputs[1], 0));
+    const bool no_drop = dropout && (in_is(1, 0.0) || absent(2) || in_is(2, 0.0));
+    bool drops = false;
+    if (dropout && !no_drop && m.dropout == 0.0) {
+      const std::optional<double> ratio = absent(1) ? std::optional<double>(0.5) : scalar(n.inputs[1]);
+      const std::optional<double> training = scalar(n.inputs[2]);
+      drops = ratio && *ratio > 0.0 && *ratio < 1.0 && training && *training != 0.0;
+      if (drops) m.dropout = *ratio;
+    }
+    if (!((n.op_type == "Cast" && same_type) || n.op_type == "Identity" || no_drop || drops)) break;
     if (!private_value(n.inputs[0])) return std::nullopt;
     m.remove.push_back(pn);
     p = n.inputs[0];
@@ -416,9 +431,17 @@ class AttentionFusion final : public Pass {
       Attributes a;
       a.set("causal", int64_t{m.causal ? 1 : 0});
       if (!m.default_scale) a.set("scale", static_cast<float>(m.scale.coef));  // absent: 1/√D
+      std::vector<ValueId> outs{y, lse, backend};
+      if (m.dropout > 0.0) {
+        a.set("dropout", static_cast<float>(m.dropout));
+        // The random state the draw came from (its form is the backend's: no shape), a device
+        // value the backward reads as data, so a CUDA graph replays it without a host read.
+        for (const char* part : {"/rng_state0", "/rng_state1"})
+          outs.push_back(g.new_value(g.value(y).name + part, DType::kInt64, Shape::unknown()));
+      }
       std::vector<ValueId> ins{m.q, m.k, m.v};
       if (m.mask != kNoValue) ins.push_back(m.mask);
-      at = Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), {y, lse, backend},
+      at = Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), std::move(outs),
                 std::move(a)};
     }
     pattern::erase_nodes(g, drop);

@@ -1,13 +1,19 @@
 // Fused attention (csrc/core/passes/attention_fusion.cc): Attention(Q, K, V, [mask]) ->
-// (Y, LogSumExp, [Backend]) and AttentionGrad(dY, Q, K, V, Y, LogSumExp, [mask], [dLSE], [Backend])
-// -> (dQ, dK, dV) on the backend eager F.scaled_dot_product_attention picks for the same tensors
+// (Y, LogSumExp, [Backend], [RngState0], [RngState1]) and AttentionGrad(dY, Q, K, V, Y, LogSumExp,
+// [mask], [dLSE], [Backend], [RngState0], [RngState1]) -> (dQ, dK, dV) on the backend eager
+// F.scaled_dot_product_attention picks for the same tensors and dropout rate
 // (at::_fused_sdp_choice: cuDNN, flash or memory-efficient attention on CUDA, flash on the CPU,
-// else math). The forward records its choice (Backend, a host scalar: at::SDPBackend's value) and
-// the backward runs the same backend's kernel on what that kernel saved (Y and its LogSumExp, no
-// (L, S) matrix). Inputs no fused kernel takes (head sizes that differ, broadcast batch dims, a
-// gradient into LogSumExp) go to the math composite below, which keeps the same contract (the
-// probabilities recomputed from LogSumExp), so the result is right on every path. Every path
-// agrees with the unfused graph's softmax(scale·Q·Kᵀ + mask)·V.
+// else math; with dropout on the CPU, math). The forward records its choice (Backend, a host
+// scalar: at::SDPBackend's value) and the backward runs the same backend's kernel on what that
+// kernel saved (Y and its LogSumExp, no (L, S) matrix). With a `dropout` rate p the forward also
+// returns the random state of its draw and the backward replays exactly that mask: a fused CUDA
+// kernel's philox (seed, offset) tensors, passed through untouched (device tensors under CUDA
+// graph capture: never read on the host), or the math path's (attention.h: the CPU generator's
+// state, or the mask on another device; RngState1 unused). Inputs no fused kernel takes (head
+// sizes that differ, broadcast batch dims, a gradient into LogSumExp) go to the math composite
+// (attention_math.cc), which keeps the same contract (the probabilities recomputed from
+// LogSumExp), so the result is right on every path. Every path agrees with the unfused graph's
+// dropout(softmax(scale·Q·Kᵀ + mask), p)·V.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <array>
 #include <cmath>
@@ -29,30 +35,26 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/exp.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
-#include <ATen/ops/ones.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
+#include "csrc/runtime/kernels/attention.h"
 #include "csrc/runtime/kernels/common.h"
 #include "csrc/runtime/kernels/decimal.h"
 
 namespace torch_ort::kernels {
 namespace {
 
-struct AttnArgs {
-  at::Tensor q, k, v;               // (B, H, L, D), (B, H, S, D), (B, H, S, Dv)
-  std::optional<at::Tensor> mask;   // additive, viewed as 4-D, broadcastable to (B, H, L, S)
-  bool causal = false;              // top-left aligned: query i sees keys j <= i
-  std::optional<double> scale;      // absent: SDPA's default 1/√D
-};
+using namespace attention;
 
 AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
   AttnArgs a{c.input(first), c.input(first + 1), c.input(first + 2), std::nullopt,
              c.attrs.get_int("causal", 0) != 0, std::nullopt};
   if (c.attrs.has("scale")) a.scale = shortest_decimal(c.attrs.get_float("scale", 1.0f));
+  if (c.attrs.has("dropout")) a.dropout = shortest_decimal(c.attrs.get_float("dropout", 0.0f));
+  if (!(a.dropout >= 0.0 && a.dropout < 1.0)) c.fail("dropout must be in [0, 1), got " + std::to_string(a.dropout));
   const char* names[] = {"Q", "K", "V"};
   const at::Tensor* t[] = {&a.q, &a.k, &a.v};
   for (int i = 0; i < 3; ++i) {
@@ -92,15 +94,17 @@ using at::SDPBackend;
 // `training`: some backends take only inference shapes). Math where no fused kernel applies, and
 // for a CUDA flash head size that is no multiple of 8 (eager pads Q, K and V for it; the math
 // path gives the same result without the copies).
+// With dropout the choice is eager's for the same rate (on the CPU: math, which has the only CPU
+// dropout).
 SDPBackend choose_backend(const AttnArgs& a, bool training) {
-  if (!dense_heads(a)) return SDPBackend::math;
+  if (!dense_heads(a) || (a.dropout > 0.0 && a.q.is_cpu())) return SDPBackend::math;
   int64_t choice;
   if (training) {
     at::AutoGradMode grad(true);  // the choice reads GradMode and requires_grad, as in eager
     choice = at::_fused_sdp_choice(a.q.detach().requires_grad_(true), a.k.detach().requires_grad_(true),
-                                   a.v.detach().requires_grad_(true), a.mask, 0.0, a.causal, a.scale, false);
+                                   a.v.detach().requires_grad_(true), a.mask, a.dropout, a.causal, a.scale, false);
   } else {
-    choice = at::_fused_sdp_choice(a.q, a.k, a.v, a.mask, 0.0, a.causal, a.scale, false);
+    choice = at::_fused_sdp_choice(a.q, a.k, a.v, a.mask, a.dropout, a.causal, a.scale, false);
   }
   const auto b = static_cast<SDPBackend>(choice);
   if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
@@ -118,32 +122,10 @@ at::Tensor efficient_bias(const AttnArgs& a) {
   return m.expand({a.q.size(0), a.q.size(1), a.q.size(2), a.k.size(2)});
 }
 
-// The philox seed and offset a fused backward takes: only read with dropout, which the fused
-// Attention never has (the pass fuses attention without dropout).
+// The philox seed and offset a fused kernel takes without dropout: never read.
 const at::Tensor& no_dropout_rng() {
   static const at::Tensor t = at::empty({}, at::TensorOptions().dtype(at::kLong));
   return t;
-}
-
-// --- the math composite: scores in float (double for double), rows that are fully masked give 0
-// (as the flash kernel does; the exporter's NaN guard does the same for the unfused graph).
-at::ScalarType acc_type(const at::Tensor& q) { return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
-
-double scale_of(const AttnArgs& a) { return a.scale.value_or(1.0 / std::sqrt(static_cast<double>(a.q.size(3)))); }
-
-at::Tensor math_scores(const AttnArgs& a) {
-  const at::ScalarType acc = acc_type(a.q);
-  at::Tensor s = at::matmul(a.q.to(acc), a.k.to(acc).transpose(-2, -1)).mul_(scale_of(a));  // (B, H, L, S)
-  if (a.causal) {
-    at::Tensor above = at::ones({s.size(-2), s.size(-1)}, s.options().dtype(at::kBool)).triu(1);
-    s.masked_fill_(above, -std::numeric_limits<double>::infinity());
-  }
-  if (a.mask) s = s.add(a.mask->to(acc));
-  return s;
-}
-at::Tensor math_probs(const at::Tensor& s, const at::Tensor& lse) {
-  at::Tensor p = at::exp(s.sub(lse.unsqueeze(-1)));
-  return p.masked_fill_(p.isnan(), 0.0);
 }
 
 void attention_kernel(KernelCtx& c) {
@@ -151,43 +133,64 @@ void attention_kernel(KernelCtx& c) {
   const bool training = c.output_wanted(1);  // the backward reads LogSumExp
   const SDPBackend backend = choose_backend(a, training);
   c.set_output(2, at::scalar_tensor(static_cast<int64_t>(backend), at::kLong));  // a host value
-  at::Tensor y, lse;
+  const double p = a.dropout;
+  at::Tensor y, lse, rng0, rng1;  // rng: the fused kernel's philox seed and offset
   switch (backend) {
     case SDPBackend::flash_attention:
       if (a.q.is_cpu()) {
         std::tie(y, lse) = at::_scaled_dot_product_flash_attention_for_cpu(a.q, a.k, a.v, 0.0, a.causal, a.mask, a.scale);
       } else {
-        auto res = at::_scaled_dot_product_flash_attention(a.q, a.k, a.v, 0.0, a.causal, false, a.scale);
+        auto res = at::_scaled_dot_product_flash_attention(a.q, a.k, a.v, p, a.causal, false, a.scale);
         y = std::get<0>(res);
         lse = std::get<1>(res);
+        rng0 = std::get<6>(res);
+        rng1 = std::get<7>(res);
       }
       break;
     case SDPBackend::efficient_attention: {
       auto res = at::_scaled_dot_product_efficient_attention(
-          a.q, a.k, a.v, a.mask ? std::optional<at::Tensor>(efficient_bias(a)) : std::nullopt, training, 0.0,
+          a.q, a.k, a.v, a.mask ? std::optional<at::Tensor>(efficient_bias(a)) : std::nullopt, training, p,
           a.causal, a.scale);
       y = std::get<0>(res);
       // Rows of LogSumExp may be padded (to a multiple of 32): the graph's value is the (B, H, L)
       // view, and the backward views the whole buffer again (full_lse).
       lse = training ? std::get<1>(res).narrow(-1, 0, a.q.size(2)) : at::Tensor();
+      rng0 = std::get<2>(res);
+      rng1 = std::get<3>(res);
       break;
     }
     case SDPBackend::cudnn_attention: {
-      auto res = at::_scaled_dot_product_cudnn_attention(a.q, a.k, a.v, a.mask, training, 0.0, a.causal, false,
+      auto res = at::_scaled_dot_product_cudnn_attention(a.q, a.k, a.v, a.mask, training, p, a.causal, false,
                                                          a.scale);
       y = std::get<0>(res);
       lse = std::get<1>(res);
       if (lse.defined() && lse.dim() == 4) lse = lse.squeeze(-1);  // (B, H, L, 1): the same buffer
+      rng0 = std::get<6>(res);
+      rng1 = std::get<7>(res);
       break;
     }
     default: {
       const at::Tensor s = math_scores(a);
       lse = at::logsumexp(s, {-1});
-      y = at::matmul(math_probs(s, lse), a.v.to(s.scalar_type())).to(a.q.scalar_type());
+      at::Tensor probs = math_probs(s, lse);
+      if (p > 0.0) {
+        Drawn d = draw_dropout(probs, p);
+        probs = std::move(d.dropped);
+        rng0 = std::move(d.state);
+        rng1 = at::empty({0}, a.q.options().dtype(at::kLong));  // unused on this path
+      }
+      y = at::matmul(probs, a.v.to(s.scalar_type())).to(a.q.scalar_type());
     }
   }
   c.set_output(0, y);
   c.set_output(1, lse);
+  if (p > 0.0) {
+    if (!rng0.defined() || !rng1.defined())
+      c.fail("the fused kernel (at::SDPBackend " + std::to_string(static_cast<int>(backend)) +
+             ") returned no random state for its dropout");
+    c.set_output(3, rng0);
+    c.set_output(4, rng1);
+  }
 }
 
 // The whole LogSumExp buffer a fused forward made, from the (B, H, L) view the graph kept.
@@ -205,42 +208,58 @@ void attention_grad_kernel(KernelCtx& c) {
   const bool dlse = c.has_input(7);  // a gradient into LogSumExp: only the math path takes it
   // The forward's backend (a graph without the input: choose again, as that forward did).
   SDPBackend backend = c.has_input(8) ? static_cast<SDPBackend>(c.input_item(8).toLong()) : choose_backend(a, true);
+  const double p = a.dropout;
+  if (p > 0.0 && !(c.has_input(9) && c.has_input(10)))
+    c.fail("dropout " + std::to_string(p) + " without the forward's random state (inputs 9 and 10): the "
+           "backward cannot replay its mask");
+  if (dlse && p > 0.0 && backend != SDPBackend::math)
+    c.fail("a gradient into LogSumExp with dropout: the math path cannot replay the fused kernel's mask");
   if (dlse) backend = SDPBackend::math;
+  const at::Tensor& rng0 = p > 0.0 ? c.input(9) : no_dropout_rng();
+  const at::Tensor& rng1 = p > 0.0 ? c.input(10) : no_dropout_rng();
   const std::array<bool, 4> wanted{c.output_wanted(0), c.output_wanted(1), c.output_wanted(2), false};
   at::Tensor dq, dk, dv;
   switch (backend) {
     case SDPBackend::flash_attention:
       if (a.q.is_cpu()) {
+        if (p > 0.0) c.fail("CPU flash attention has no dropout; the forward ran math");
         std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
             dy, a.q, a.k, a.v, y, lse, 0.0, a.causal, a.mask, a.scale);
       } else {
         std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-            dy, a.q, a.k, a.v, y, lse, at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), 0.0, a.causal,
-            no_dropout_rng(), no_dropout_rng(), a.scale);
+            dy, a.q, a.k, a.v, y, lse, at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), p, a.causal, rng0,
+            rng1, a.scale);
       }
       break;
     case SDPBackend::efficient_attention:
       std::tie(dq, dk, dv, std::ignore) = at::_scaled_dot_product_efficient_attention_backward(
-          dy.contiguous(), a.q, a.k, a.v, a.mask ? efficient_bias(a) : at::Tensor(), y, full_lse(lse),
-          no_dropout_rng(), no_dropout_rng(), 0.0, wanted, a.causal, a.scale);
+          dy.contiguous(), a.q, a.k, a.v, a.mask ? efficient_bias(a) : at::Tensor(), y, full_lse(lse), rng0, rng1, p,
+          wanted, a.causal, a.scale);
       break;
     case SDPBackend::cudnn_attention:
       std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
-          dy, a.q, a.k, a.v, y, lse.dim() == 3 ? lse.unsqueeze(-1) : lse, no_dropout_rng(), no_dropout_rng(),
-          a.mask ? *a.mask : at::Tensor(), at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), 0.0, a.causal,
+          dy, a.q, a.k, a.v, y, lse.dim() == 3 ? lse.unsqueeze(-1) : lse, rng0, rng1,
+          a.mask ? *a.mask : at::Tensor(), at::Tensor(), at::Tensor(), a.q.size(2), a.k.size(2), p, a.causal,
           a.scale);
       break;
-    default: {  // dV = Pᵀ·dY, dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y) + dLSE), dQ = scale·dS·K, dK = scale·dSᵀ·Q
+    default: {
+      // With dropout, Pd = P ⊙ M/(1−p) and Y = Pd·V: dV = Pdᵀ·dY, dPd = dY·Vᵀ, and
+      // dS = P ⊙ (dPd ⊙ M/(1−p) − rowsum(dY ⊙ Y) + dLSE) (rowsum(dP ⊙ P) = rowsum(dY ⊙ Y) still);
+      // dQ = scale·dS·K, dK = scale·dSᵀ·Q. Without dropout M/(1−p) = 1.
       const at::Tensor s = math_scores(a);
       const at::ScalarType acc = s.scalar_type();
-      const at::Tensor p = math_probs(s, lse.to(acc));
+      const at::Tensor probs = math_probs(s, lse.to(acc));
+      const at::Tensor keep = p > 0.0 ? replay_dropout(c, s, p, rng0) : at::Tensor();
       const at::Tensor g = dy.to(acc);
       at::Tensor delta = g.mul(y.to(acc)).sum(-1, /*keepdim=*/true);
       if (dlse) delta = delta.sub(c.input(7).to(acc).unsqueeze(-1));
-      const at::Tensor ds = p.mul(at::matmul(g, a.v.to(acc).transpose(-2, -1)).sub(delta));
+      at::Tensor dp = at::matmul(g, a.v.to(acc).transpose(-2, -1));
+      if (keep.defined()) dp.mul_(keep);
+      const at::Tensor ds = probs.mul(dp.sub_(delta));
       dq = at::matmul(ds, a.k.to(acc)).mul_(scale_of(a));
       dk = at::sum_to(at::matmul(ds.transpose(-2, -1), a.q.to(acc)).mul_(scale_of(a)), a.k.sizes());
-      dv = at::sum_to(at::matmul(p.transpose(-2, -1), g), a.v.sizes());
+      const at::Tensor dropped = keep.defined() ? probs.mul(keep) : probs;
+      dv = at::sum_to(at::matmul(dropped.transpose(-2, -1), g), a.v.sizes());
       dq = at::sum_to(dq, a.q.sizes());
     }
   }

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 OURS = "com.torch_ort"
 ONNX_TYPE = {torch.float32: TensorProto.FLOAT, torch.float64: TensorProto.DOUBLE,
              torch.float16: TensorProto.FLOAT16, torch.int64: TensorProto.INT64,
-             torch.int32: TensorProto.INT32, torch.bool: TensorProto.BOOL}
+             torch.int32: TensorProto.INT32, torch.bool: TensorProto.BOOL, torch.uint8: TensorProto.UINT8}
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float64: dict(rtol=1e-7, atol=1e-9),
        torch.float16: dict(rtol=1e-3, atol=1e-3)}
 

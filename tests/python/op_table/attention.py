@@ -58,6 +58,17 @@ def attention_with_backend(causal=False, mask_shape=None):
     return ref
 
 
+def attention_dropout(p, causal=False):
+    """(Y, LogSumExp, Backend, RngState0, RngState1) of eager SDPA with dropout, seeded: on the CPU
+    the kernel draws as eager's math path does (from the generator whose state it returns)."""
+    def ref(q, k, v):
+        state = torch.get_rng_state()
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal, scale=SCALE)
+        lse = torch.logsumexp(scores(q, k, None, causal), -1)
+        return y, lse, torch.tensor(0), state, torch.empty(0, dtype=torch.int64)  # math: SDPBackend 0
+    return ref
+
+
 def attention_grad(causal=False, scale=SCALE):
     """(dQ, dK, dV) of SDPA by autograd; Y and LogSumExp inputs come from the forward."""
     def ref(dy, q, k, v, y, lse, mask=None):
@@ -94,6 +105,10 @@ CASES = [
          id="Attention-math-value-head-size"),
     Case("Attention", [_q, _kv_one_head, _kv_one_head, _mask4], attention(math=True), attrs(), domain=OURS, n_out=2,
          id="Attention-math-broadcast-heads"),
+    # Dropout: eager's draws (seeded), and the backward (test_op_gradients.py) replays them from the
+    # returned generator state, against autograd through eager's own mask.
+    Case("Attention", [_q5, _k5, _v5], attention_dropout(0.3, causal=True), dict(attrs(True), dropout=0.3),
+         domain=OURS, n_out=5, seed=11, id="Attention-dropout-seeded"),
     Case("AttentionGrad", grad_inputs(_q5, _k5, _v5, causal=True), attention_grad(causal=True), attrs(True),
          domain=OURS, n_out=3, id="AttentionGrad-causal"),
     Case("AttentionGrad", grad_inputs(_q, _k, _v, _mask4), attention_grad(), attrs(), domain=OURS, n_out=3,
