@@ -18,6 +18,7 @@ PYBIND11_MODULE(_C_cuda, m) {
   pybind11::capsule table = pybind11::module_::import("torch_ort._C").attr("_cuda_kernel_table")();
   auto reg = reinterpret_cast<Register>(table.get_pointer());
   for (const auto& [name, fn] : torch_ort::cuda::fused_kernels()) reg(name, fn);
-  torch_ort::optim::bind_multi_tensor(m, {&torch_ort::optim::adam_cuda, &torch_ort::optim::lamb_cuda,
-                                          &torch_ort::optim::scale_cuda, &torch_ort::optim::l2norm_cuda});
+  namespace o = torch_ort::optim;
+  o::bind_multi_tensor(m, {&o::adam_cuda_scalars, &o::lamb_cuda_scalars, &o::scale_cuda, &o::l2norm_cuda,
+                           &o::scale_flag_cuda, &o::l2norm_tensor_cuda});
 }

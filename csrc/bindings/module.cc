@@ -312,8 +312,8 @@ PYBIND11_MODULE(_C, m) {
            "Debug: runs forward (+ backward with ones) keeping every tensor and compares each with "
            "its inferred shape; raises VerifyError naming the first value that disagrees.");
 
-  optim::bind_multi_tensor(m, {&optim::adam_cpu, &optim::lamb_cpu, &optim::scale_cpu,
-                               &optim::l2norm_cpu});
+  optim::bind_multi_tensor(m, {&optim::adam_cpu_scalars, &optim::lamb_cpu_scalars, &optim::scale_cpu,
+                               &optim::l2norm_cpu, &optim::scale_flag_cpu, &optim::l2norm_tensor_cpu});
   m.def("optim_cpu_path", &optim::cpu_path,
         "'avx512' or 'portable': the path the CPU optimizer kernels take.");
   m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),

@@ -146,7 +146,131 @@ def test_a_new_shape_captures_again_and_moved_parameters_recapture(graphs):
     assert model.stats()["cuda_graph_captures"] == 3
 
 
-def test_outputs_are_the_callers_own(graphs):
+def test_outputs_are_the_replay_buffers_and_stale_ones_fail_loudly(graphs):
+    """No copy out: two replays return the same memory; the older output, read after the next
+    replay, raises instead of showing the newer values; a clone() of it stays valid."""
+    _, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    for s in range(3):  # warm-up and capture
+        model(*gpt_batch(2, 8, s))[1].backward()
+    logits, loss = model(*gpt_batch(2, 8, 10))
+    loss.backward()
+    kept, address = logits.detach().clone(), logits.data_ptr()
+    old_loss = loss.item()
+    replays = model.stats()["cuda_graph_replays"]
+    logits2, loss2 = model(*gpt_batch(2, 8, 11))
+    assert model.stats()["cuda_graph_replays"] == replays + 1
+    assert logits2.data_ptr() == address  # the same buffer: nothing was cloned
+    with pytest.raises(RuntimeError, match="overwritten by a later replay"):
+        logits.sum()
+    with pytest.raises(RuntimeError, match="overwritten by a later replay"):
+        loss.item()
+    assert not torch.equal(kept, logits2.detach())  # a different batch: the buffer did change
+    eager = copy.deepcopy(model.module)
+    torch.testing.assert_close(eager(*gpt_batch(2, 8, 10))[1].item(), old_loss, rtol=1e-5, atol=1e-6)
+    loss2.backward()
+
+
+def test_a_kept_alias_of_an_output_keeps_its_values_and_runs_uncaptured(graphs, torch_ort_log):
+    _, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    for s in range(3):
+        model(*gpt_batch(2, 8, s))[1].backward()
+    logits, loss = model(*gpt_batch(2, 8, 10))
+    loss.backward()
+    alias, value = loss.detach(), loss.item()  # detach() shares the buffer: it cannot be invalidated
+    replays = model.stats()["cuda_graph_replays"]
+    for s in range(2):
+        model(*gpt_batch(2, 8, 20 + s))[1].backward()
+    assert model.stats()["cuda_graph_replays"] == replays  # ran uncaptured: the alias is intact
+    assert alias.item() == value
+    assert any("calls run uncaptured while it is" in r.getMessage() for r in torch_ort_log)
+    del alias, logits, loss
+    model(*gpt_batch(2, 8, 30))[1].backward()
+    assert model.stats()["cuda_graph_replays"] == replays + 1  # the alias is gone: replays again
+
+
+def grads_of(model):
+    return [p.grad for p in model.parameters()]
+
+
+def assert_grads_like(model, eager, idx, tgt):
+    eager.zero_grad(set_to_none=True)
+    eager(idx, tgt)[1].backward()
+    for g, p in zip(grads_of(model), eager.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_are_adopted_without_a_copy(graphs):
+    """.grad of a replayed backward is the graph's buffer (autograd adopted it): the same address
+    every step, and the same values as eager."""
+    eager, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    for s in range(3):
+        model(*gpt_batch(2, 8, s))[1].backward()
+        model.zero_grad(set_to_none=True)
+    addresses = []
+    for s in range(3):
+        idx, tgt = gpt_batch(2, 8, 10 + s)
+        model(idx, tgt)[1].backward()
+        addresses.append([g.data_ptr() for g in grads_of(model)])
+        # A copy would own its storage (2 references: itself and the storage object asked for).
+        assert all(cuda_graph.storage_refs(g) > 2 for g in grads_of(model))
+        assert_grads_like(model, eager, idx, tgt)
+        model.zero_grad(set_to_none=True)
+    assert addresses[0] == addresses[1] == addresses[2]
+    assert model.stats()["cuda_graph_replays"] == 4  # the capture's and these three
+
+
+def train_keeping_grads(model, set_to_none, steps=6):
+    """SGD steps that keep every step's first .grad tensor object (values read at the end)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept, replays = [], []
+    for s in range(steps):
+        model(*gpt_batch(2, 8, s))[1].backward()
+        opt.step()
+        kept.append(next(model.parameters()).grad)
+        opt.zero_grad(set_to_none=set_to_none)
+        if isinstance(model, ORTModule):
+            replays.append(model.stats()["cuda_graph_replays"])
+    return kept, replays, [p.detach().clone() for p in model.parameters()]
+
+
+def test_zero_grad_without_none_keeps_grad_and_replays(graphs):
+    """.grad stays on the buffer into the next call: it moves to its own memory, the same object,
+    and every step still replays."""
+    eager, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    kept, replays, params = train_keeping_grads(model, set_to_none=False)
+    want, _, want_params = train_keeping_grads(eager, set_to_none=False)
+    assert all(b == a + 1 for a, b in zip(replays[2:], replays[3:])), replays
+    assert kept[0] is kept[-1]  # one .grad object throughout, zeroed in place
+    torch.testing.assert_close(kept[-1], want[-1], rtol=1e-4, atol=1e-6)
+    for p, q in zip(params, want_params):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+
+def test_a_grad_kept_after_zero_grad_keeps_its_values(graphs, torch_ort_log):
+    """An earlier .grad the caller keeps after zero_grad(set_to_none=True) still holds the
+    buffer: calls run uncaptured while it is alive, and it keeps its values."""
+    eager, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    kept, replays, params = train_keeping_grads(model, set_to_none=True)
+    want, _, want_params = train_keeping_grads(eager, set_to_none=True)
+    for a, b in zip(kept, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for p, q in zip(params, want_params):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    assert replays[-1] == replays[2] == 1  # the capture's replay, then uncaptured steps
+    assert any("a gradient of an earlier step" in r.getMessage() for r in torch_ort_log)
+    del kept
+    model(*gpt_batch(2, 8, 50))[1].backward()
+    assert model.stats()["cuda_graph_replays"] == 2  # nothing holds the buffers: replays again
+
+
+def test_without_buffer_tracking_outputs_are_copies(graphs, monkeypatch):
+    """A torch without the private storage APIs: outputs cloned, gradients copied (as before)."""
+    monkeypatch.setattr(cuda_graph, "tracks_buffers", lambda: False)
     _, graphed = pair(dropout=0.0)
     model = ORTModule(graphed)
     kept = []
@@ -154,6 +278,7 @@ def test_outputs_are_the_callers_own(graphs):
         logits, loss = model(*gpt_batch(2, 8, s))
         loss.backward()
         kept.append((logits.detach().clone(), logits))
+    assert model.stats()["cuda_graph_replays"] >= 2
     for copy_then, live in kept:
         assert torch.equal(copy_then, live.detach())  # later replays did not write over it
 

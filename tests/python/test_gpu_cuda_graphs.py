@@ -2,6 +2,8 @@
 ORTModule without graphs — same losses, gradients, parameters and buffers over steps that include
 gradient accumulation, optimizers updating parameters in place, dropout and a change of sequence
 length — and stats() counts the captures and replays. Off by default. Skipped without a GPU.
+Replays copy nothing out: outputs are the graph's buffers (a stale one raises when read) and .grad
+is adopted from the backward graph's buffer (cuda_graph.py, "Replay buffers").
 
 Both runs start from the same weights and see the same batches (and, with dropout, the same seeds
 before every forward); a replay runs the kernels the uncaptured step runs, so the tolerances are
@@ -27,7 +29,7 @@ OPTIMIZERS = {  # each updates the parameters in place: a replay must read the n
 
 
 def train(monkeypatch, graphs: bool, name: str, seqs: list, optimizer: str = "sgd", micro: int = 1,
-          dropout: float = 0.0, precision: str = "fp32") -> dict:
+          dropout: float = 0.0, precision: str = "fp32", set_to_none: bool = True) -> dict:
     """One ORTModule trained for len(seqs) optimizer steps (micro-batches of sequence length
     seqs[step]), CUDA graphs on or off; what it did, step by step."""
     monkeypatch.setenv("ORTMODULE_USE_CUDA_GRAPH", "1" if graphs else "0")  # read at construction
@@ -45,10 +47,10 @@ def train(monkeypatch, graphs: bool, name: str, seqs: list, optimizer: str = "sg
                 loss = loss_of(model(*args, **kwargs))
             (loss / micro).backward()
             run["losses"].append(loss.item())
-            run["kept"].append(loss.detach())  # read again at the end: a later replay must not overwrite it
+            run["kept"].append(loss.detach().clone())  # an output kept past the next call is cloned
         run["grads"].append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=set_to_none)
         run["replays"].append(model.stats()["cuda_graph_replays"])
         run["exports"].append(model.export_count)
     run["kept"] = [t.item() for t in run["kept"]]
@@ -143,3 +145,68 @@ def test_sequence_length_change_under_cuda_graphs(strict, monkeypatch):
     assert_same_training(captured, plain)
     assert_replayed(captured)
     assert len(set(captured["exports"])) == 1, captured["exports"]
+
+
+@pytest.mark.parametrize("micro", [1, 3])
+def test_zero_grad_without_none_under_cuda_graphs(strict, monkeypatch, micro):
+    """.grad kept (zeroed in place) across steps, with and without accumulation: it moves off the
+    backward graph's buffer before the next replay, and steps match the uncaptured ones."""
+    plain = train(monkeypatch, False, "nanogpt", [16] * 6, "adamw", micro=micro, set_to_none=False)
+    captured = train(monkeypatch, True, "nanogpt", [16] * 6, "adamw", micro=micro, set_to_none=False)
+    assert_same_training(captured, plain)
+    assert_replayed(captured)
+
+
+def _steady(monkeypatch, name="nanogpt"):
+    """A captured ORTModule on the GPU, a batch maker and its loss, after warm-up and capture."""
+    monkeypatch.setenv("ORTMODULE_USE_CUDA_GRAPH", "1")
+    _, batch, loss_of = MODELS[name]
+    model = ORTModule(build(name))
+    gen = torch.Generator().manual_seed(3)
+
+    def call():
+        args, kwargs = on_device(*batch(gen, 64))  # the zoo's longest: logits of 96 KB
+        return model(*args, **kwargs)
+    for _ in range(4):
+        loss_of(call()).backward()
+        model.zero_grad(set_to_none=True)
+    assert model.stats()["cuda_graph_replays"] >= 1
+    return model, call, loss_of
+
+
+def test_replays_copy_no_output_and_no_gradient(strict, monkeypatch):
+    """A replayed forward+backward allocates (almost) nothing: no clone of the logits, no copy of
+    a gradient into .grad. Before, a step allocated both (logits plus every parameter's size)."""
+    model, call, loss_of = _steady(monkeypatch)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = call()
+    loss_of(out).backward()
+    torch.cuda.synchronize()
+    grown = torch.cuda.max_memory_allocated() - before
+    logits_bytes = out[0].numel() * out[0].element_size()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert grown < min(logits_bytes, grad_bytes) // 2, (grown, logits_bytes, grad_bytes)
+    addresses = [p.grad.data_ptr() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    loss_of(call()).backward()
+    assert [p.grad.data_ptr() for p in model.parameters()] == addresses  # the graph's buffers
+
+
+def test_a_stale_output_raises_and_a_kept_alias_stays_intact(strict, monkeypatch):
+    model, call, loss_of = _steady(monkeypatch)
+    out = call()
+    loss = loss_of(out)
+    loss.backward()
+    value, alias = loss.item(), out[0].detach()  # alias: shares the logits' buffer
+    replays = model.stats()["cuda_graph_replays"]
+    loss_of(call()).backward()  # the alias is alive: runs uncaptured, leaves it as it was
+    assert model.stats()["cuda_graph_replays"] == replays
+    kept = alias.clone()
+    del alias
+    newer = call()  # replays again, and the first call's output objects are invalidated
+    assert model.stats()["cuda_graph_replays"] == replays + 1
+    with pytest.raises(RuntimeError, match="overwritten by a later replay"):
+        out[0].sum()
+    assert loss_of(newer).item() != value and kept.isfinite().all()

@@ -126,7 +126,37 @@ class FusedOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
     def load_state_dict(self, state_dict: dict) -> None:
         load_fp32_state(self, state_dict, super().load_state_dict)
 
-    def run_groups(self, work, prepare: Callable) -> None:
+    # FP16_Optimizer hands its overflow flag to step(found_inf=) and lets the kernels skip.
+    accepts_found_inf = True
+
+    @property
+    def last_step_skipped(self) -> bool:
+        """Whether the last step() changed nothing: its found_inf was set (or, for FusedLamb on a
+        sync-free device, the gradient norm was not finite). On such a device this reads the
+        flag back (a wait, on demand only); `skip_flag` is the device tensor itself."""
+        flag = self.__dict__.get("skip_flag")
+        return bool(flag.item() != 0) if torch.is_tensor(flag) else bool(self.__dict__.get("_skipped_host"))
+
+    def sync_free_device(self, work) -> Optional[torch.device]:
+        """The device of this step's gradients when it keeps its scalars there (_kernels.sync_free)."""
+        device = next((grads[0].device for _, _, grads in work if grads), None)
+        return device if device is not None and _kernels.sync_free(device) else None
+
+    def host_skip(self, found_inf) -> bool:
+        """The host path's reading of found_inf (a CPU flag: nothing to wait for); records it."""
+        skipped = found_inf is not None and bool(found_inf.item() != 0)
+        self.__dict__.update(skip_flag=None, _skipped_host=skipped)
+        return skipped
+
+    @staticmethod
+    def flag_on(found_inf, device: torch.device) -> Optional[torch.Tensor]:
+        """found_inf as the kernels read it: a 0-dim float32 tensor on `device` (no host read)."""
+        if found_inf is None:
+            return None
+        return found_inf.reshape(()).to(device=device, dtype=torch.float32)
+
+    def run_groups(self, work, prepare: Callable, skip: Optional[torch.Tensor] = None,
+                   device_steps: bool = False) -> None:
         """One step over `work` ((group, params with grads, their grads) per group), in two phases.
 
         Prepare, for every group: its hyper-parameters, resolved and checked by
@@ -137,13 +167,22 @@ class FusedOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
         parameters, the state and every group's `step` are as they were.
         Commit: the kernels, group by group, whose inputs were all checked above; a group's
         `step` counts once its kernels ran. (An error from a kernel itself — a device fault — is
-        not undone: that would need a copy of every parameter and moment.)"""
+        not undone: that would need a copy of every parameter and moment.)
+
+        device_steps (sync-free steps): each group's `step` is a 0-dim float64 tensor on its
+        device, as torch's capturable optimizers keep it; prepare gets this update's step as that
+        tensor, and a step the kernels skipped (`skip` nonzero) does not count."""
         plans, created = [], []
         try:
             for group, params, grads in work:
                 if not params:
                     continue
-                step = group.get("step", 0) + 1
+                prev = group.get("step", 0)
+                if device_steps and not torch.is_tensor(prev):
+                    prev = torch.full((), float(prev), dtype=torch.float64, device=params[0].device)
+                elif not device_steps and torch.is_tensor(prev):  # back from a sync-free device
+                    prev = int(prev.item())
+                step = prev + 1
                 launch = prepare(group, step)
                 for p in params:
                     if p not in self.state:
@@ -167,7 +206,7 @@ class FusedOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
             for backend, lists in calls:
                 launch(backend, *lists)
             contiguous.write_back()
-            group["step"] = step
+            group["step"] = step if skip is None else step - skip
 
     @staticmethod
     def run_closure(closure: Optional[Callable[[], torch.Tensor]]):

@@ -12,6 +12,14 @@ optimizer state are left as they were, and the scale goes down.
     optimizer.backward(loss)        # (loss · scale).backward()
     optimizer.step()                # unscale + check, clip, inner step, masters -> model
 
+Sync-free on CUDA: a step never waits for the device. The overflow flag and the gradient norm
+stay device tensors, the loss scale is updated on the device (loss_scaler.py), and the skip happens
+in the inner optimizer's kernels when it is torch_ort's FusedAdam or FusedLamb (step(found_inf=)).
+Any other inner optimizer must know on the host whether to run: that is one read of the flag per
+step. `overflow`, `last_grad_norm`, `loss_scale` and update_master_grads()'s result read the
+device value when asked (a wait, on demand); `found_inf` is the step's flag as a device tensor
+(0-dim float32, nonzero: skipped). The CPU keeps host values (nothing to wait for).
+
 DeepSpeed ZeRO-1/2, legacy Megatron-LM, Apex AMP optimizers and accelerate's DeepSpeed wrapper are
 not wrapped but patched in place with the fused kernels, as ONNX Runtime did (modifiers.py); they
 come back as the same object. Anything else is returned unchanged, with a warning.
@@ -78,7 +86,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         self._wrapping = False
         self.__dict__.pop("_own_groups", None)
         self.overflow = False            # whether the last unscale found an inf or nan
-        self.last_grad_norm: Optional[float] = None
+        self.last_grad_norm = None       # the global norm clipping saw (None: no clipping)
         self._grads_ready = False        # masters hold this step's unscaled gradients
         self._scaled = False             # this step's gradients came through scale_loss/backward
         self._synced_versions = [version_counter(p) for p in self.model_params]
@@ -152,6 +160,39 @@ class FP16_Optimizer(torch.optim.Optimizer):
             for i in changed:
                 self.master_params[i].copy_(self.model_params[i])
 
+    # -- values that may live on the device (module doc) ------------------------------------------
+
+    @property
+    def overflow(self) -> bool:
+        """Whether the last unscale found an inf or nan (reads the device flag on demand)."""
+        value = self.__dict__.get("_overflow", False)
+        return bool(value.item() != 0) if torch.is_tensor(value) else value
+
+    @overflow.setter
+    def overflow(self, value) -> None:
+        self.__dict__["_overflow"] = value
+
+    @property
+    def found_inf(self) -> Optional[torch.Tensor]:
+        """The last unscale's overflow flag as a device tensor (sync-free steps), else None."""
+        value = self.__dict__.get("_overflow")
+        return value if torch.is_tensor(value) else None
+
+    @property
+    def last_grad_norm(self) -> Optional[float]:
+        value = self.__dict__.get("_last_grad_norm")
+        return float(value.item()) if torch.is_tensor(value) else value
+
+    @last_grad_norm.setter
+    def last_grad_norm(self, value) -> None:
+        self.__dict__["_last_grad_norm"] = value
+
+    def _grad_device(self) -> Optional[torch.device]:
+        for p in self.model_params + self.fp32_params:
+            if p.grad is not None:
+                return p.grad.device
+        return None
+
     # -- the training-loop surface ---------------------------------------------------------------
 
     @property
@@ -161,7 +202,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss times the current scale, in fp32 (for callers that run backward themselves)."""
         self._scaled = True
-        return loss.float() * self.scaler.scale
+        return loss.float() * self.scaler.scale_for(loss.device)
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> None:
         self._grads_ready = False
@@ -181,12 +222,17 @@ class FP16_Optimizer(torch.optim.Optimizer):
         self._grads_ready = False
         self._scaled = False
 
-    @torch.no_grad()
     def update_master_grads(self) -> bool:
         """Unscales this step's gradients into the masters' fp32 gradients, checking for inf/nan
         in the same pass. Returns (and sets) self.overflow."""
-        if not self._scaled and self.scaler.scale != 1.0 and any(
-                p.grad is not None for p in self.model_params + self.fp32_params):
+        self._unscale()
+        return self.overflow
+
+    @torch.no_grad()
+    def _unscale(self) -> None:
+        """update_master_grads without its answer: on a sync-free device the flag stays there."""
+        if not self._scaled and any(p.grad is not None for p in self.model_params + self.fp32_params) \
+                and self.scaler.scale != 1.0:
             raise RuntimeError(
                 "FP16_Optimizer: these gradients did not come through optimizer.backward(loss) or "
                 "optimizer.scale_loss(loss), so they are not multiplied by the loss scale "
@@ -194,7 +240,6 @@ class FP16_Optimizer(torch.optim.Optimizer):
                 "(or static_loss_scale=1.0)")
         self._check_grads()
         self._refresh_changed_masters()
-        inv = 1.0 / self.scaler.scale
         src, dst = [], []
         for p, m in zip(self.model_params, self.master_params):
             if p.grad is None:
@@ -206,10 +251,19 @@ class FP16_Optimizer(torch.optim.Optimizer):
             dst.append(m.grad)
         own = [p.grad for p in self.fp32_params if p.grad is not None]
         own_work = _kernels.Contiguous(own)
-        self.overflow = _kernels.scale(src, dst, inv) | _kernels.scale(own_work.tensors, own_work.tensors, inv)
+        device = self._grad_device()
+        if device is not None and _kernels.sync_free(device):
+            found = torch.zeros((), dtype=torch.float32, device=device)
+            inv_t = self.scaler.inv_scale_tensor(device)
+            _kernels.scale_flag(src, dst, 1.0, found, scale_by=inv_t)
+            _kernels.scale_flag(own_work.tensors, own_work.tensors, 1.0, found, scale_by=inv_t)
+            self.overflow = found
+        else:
+            inv = 1.0 / self.scaler.scale
+            self.overflow = (_kernels.scale(src, dst, inv) |
+                             _kernels.scale(own_work.tensors, own_work.tensors, inv))
         own_work.write_back()
         self._grads_ready = True
-        return self.overflow
 
     def _check_grads(self) -> None:
         """Every model gradient the step reads, checked before anything is written (the fused
@@ -225,7 +279,7 @@ class FP16_Optimizer(torch.optim.Optimizer):
         if norm_type != 2:
             raise ValueError(f"FP16_Optimizer clips by the L2 norm only, got norm_type={norm_type}")
         if not self._grads_ready:
-            self.update_master_grads()
+            self._unscale()
         if self.overflow:
             return -1.0
         grads = _kernels.Contiguous([p.grad for p in self.master_params + self.fp32_params
@@ -257,8 +311,11 @@ class FP16_Optimizer(torch.optim.Optimizer):
         if check_inner is not None:
             check_inner()
         if not self._grads_ready:
-            self.update_master_grads()  # checks first, then unscales: _grads_ready from here on
+            self._unscale()  # checks first, then unscales: _grads_ready from here on
         self.last_grad_norm = None
+        found = self.found_inf
+        if found is not None:
+            return self._step_on_device(found, loss)
         if self.overflow:
             self._grads_ready = self._scaled = False
             self.scaler.update(overflow=True)
@@ -271,10 +328,39 @@ class FP16_Optimizer(torch.optim.Optimizer):
         self.scaler.update(overflow=False)
         return loss
 
+    def _step_on_device(self, found: torch.Tensor, loss):
+        """step() after a sync-free unscale: clipping, the inner step and the scale update all
+        read `found` on the device; a skipped step leaves the masters as they were, so copying
+        them to the model changes nothing."""
+        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+            self._clip_on_device(self.max_grad_norm)
+        if getattr(self.optimizer, "accepts_found_inf", False):
+            self.optimizer.step(found_inf=found)
+        elif not bool(found.item() != 0):  # a foreign optimizer cannot skip on the device
+            self.optimizer.step()
+        self._grads_ready = self._scaled = False
+        self._masters_to_model()
+        self.scaler.update_on_device(found)
+        return loss
+
+    @torch.no_grad()
+    def _clip_on_device(self, max_norm: float) -> None:
+        """clip_master_grads with the norm kept on the device: the factor is 1 where no clip."""
+        grads = _kernels.Contiguous([p.grad for p in self.master_params + self.fp32_params
+                                     if p.grad is not None])
+        if not grads.tensors:
+            return
+        norm = _kernels.l2norm_tensor(grads.tensors)
+        self.last_grad_norm = norm
+        clip = torch.full_like(norm, max_norm).div(norm + 1e-6)
+        factor = torch.where(norm > max_norm, clip, torch.ones_like(norm))
+        _kernels.scale_flag(grads.tensors, grads.tensors, 1.0, None, scale_by=factor)
+        grads.write_back()
+
     @torch.no_grad()
     def _masters_to_model(self) -> None:
         model = _kernels.Contiguous(self.model_params)  # channels_last or transposed parameters
-        _kernels.scale(self.master_params, model.tensors, 1.0)
+        _kernels.scale_flag(self.master_params, model.tensors, 1.0, None)  # no flag: never waits
         model.write_back()
         self._synced_versions = [version_counter(p) for p in self.model_params]
 

@@ -71,14 +71,33 @@ class FusedAdam(FusedOptimizer):
                     adam_w_mode=int(AdamWMode(group["adam_w_mode"])), grad_scale=float(grad_scale))
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
+    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0,
+             found_inf: Optional[torch.Tensor] = None):
         """One update of every parameter with a gradient. `grad_scale` multiplies every gradient
-        first (1: none)."""
+        first (1: none). `found_inf` (a one-element tensor, e.g. FP16_Optimizer's overflow flag):
+        nonzero skips the step. On a sync-free device (CUDA) the kernels read it where they run
+        and each group's `step` becomes a device tensor that skipped steps do not advance."""
         loss = self.run_closure(closure)
+        work = self.checked_groups("FusedAdam")
+        device = self.sync_free_device(work)
+        if device is not None and (found_inf is not None or any(
+                torch.is_tensor(group.get("step")) for group in self.param_groups)):
+            skip = self.flag_on(found_inf, device)
+            self.__dict__.update(skip_flag=skip, _skipped_host=False)
+
+            def prepare_device(group, step):
+                hyper = self.hyper(group, 1, grad_scale)
+                return lambda backend, ps, gs, ms, vs: backend.multi_tensor_adam(
+                    ps, gs, ms, vs, **hyper, skip=skip, step_tensor=step)
+
+            self.run_groups(work, prepare_device, skip=skip, device_steps=True)
+            return loss
+        if self.host_skip(found_inf):
+            return loss
 
         def prepare(group, step):  # every value read and checked before any group moves
             hyper = self.hyper(group, step, grad_scale)
             return lambda backend, ps, gs, ms, vs: backend.multi_tensor_adam(ps, gs, ms, vs, **hyper)
 
-        self.run_groups(self.checked_groups("FusedAdam"), prepare)
+        self.run_groups(work, prepare)
         return loss

@@ -13,7 +13,11 @@ With t the group's step, bc1 = 1-β1^t and bc2 = 1-β2^t (1 without bias correct
                 otherwise ratio = 1; then clipped to [ratio_min, ratio_max]
     p ← p - lr·ratio·u
 
-A non-finite global gradient norm raises before any parameter or state is touched.
+A non-finite global gradient norm raises before any parameter or state is touched — on the
+CPU. On CUDA a step never waits for the device (optim/_kernels.py): the global norm, the clipping
+factor and the skip flag stay device tensors that the kernels read, so a non-finite norm (or a set
+`found_inf`) makes the kernels skip the update instead: nothing changes, the group's `step` (a
+device tensor there) does not advance, and `last_step_skipped` / `skip_flag` say so.
 """
 from __future__ import annotations
 
@@ -65,10 +69,18 @@ class FusedLamb(FusedOptimizer):
                     grad_scale=float(grad_scale))
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0):
-        """One update. `grad_scale` multiplies every gradient before clipping (1: none)."""
+    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None, *, grad_scale: float = 1.0,
+             found_inf: Optional[torch.Tensor] = None):
+        """One update. `grad_scale` multiplies every gradient before clipping (1: none).
+        `found_inf` (a one-element tensor, e.g. FP16_Optimizer's overflow flag): nonzero skips."""
         loss = self.run_closure(closure)
         work = self.checked_groups("FusedLamb")
+        device = self.sync_free_device(work)
+        if device is not None:
+            self._step_on_device(work, device, grad_scale, found_inf)
+            return loss
+        if self.host_skip(found_inf):
+            return loss
         if self.max_grad_norm is not None and self.max_grad_norm > 0:
             norm = _kernels.l2norm([g for _, _, grads in work for g in grads]) * grad_scale
             if not math.isfinite(norm):
@@ -83,3 +95,26 @@ class FusedLamb(FusedOptimizer):
 
         self.run_groups(work, prepare)
         return loss
+
+    def _step_on_device(self, work, device: torch.device, grad_scale: float, found_inf) -> None:
+        """step() with no host read: the norm, the clipping factor and the skip flag are device
+        tensors (the host path's values, computed with the same float64 operations)."""
+        skip = self.flag_on(found_inf, device)
+        scale_by = None
+        if self.max_grad_norm is not None and self.max_grad_norm > 0:
+            norm = _kernels.l2norm_tensor([g for _, _, grads in work for g in grads]).to(device) * grad_scale
+            bad = (~torch.isfinite(norm)).to(torch.float32)
+            skip = bad if skip is None else torch.maximum(skip, bad)
+            # grad_scale / max(1, norm / max_grad_norm), as true divisions (a tensor divided by a
+            # Python number may be computed as a multiplication by its reciprocal)
+            ratio = torch.clamp(norm.div(torch.full_like(norm, self.max_grad_norm)), min=1.0)
+            scale_by = torch.full_like(norm, grad_scale).div(ratio)
+            grad_scale = 1.0
+        self.__dict__.update(skip_flag=skip, _skipped_host=False)
+
+        def prepare(group, step):
+            hyper = self.hyper(group, 1, grad_scale)
+            return lambda backend, ps, gs, ms, vs: backend.multi_tensor_lamb(
+                ps, gs, ms, vs, **hyper, scale_by=scale_by, skip=skip, step_tensor=step)
+
+        self.run_groups(work, prepare, skip=skip, device_steps=True)

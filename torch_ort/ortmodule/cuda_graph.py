@@ -14,10 +14,29 @@ backward_take; everything else is the engine's). Per input signature (sizes, str
    (copied in at every replay), the parameters (the live tensors: an optimizer that updates them
    in place keeps their addresses), the output gradients (copied in), and the outputs and input
    gradients the graphs write.
-3. Later calls copy the inputs in and replay. The outputs are cloned (the caller may keep them
-   past the next replay); the input gradients go to autograd, which copies or adds them into
-   .grad (this module keeps a reference, so autograd never adopts a static buffer as .grad).
+3. Later calls copy the inputs in and replay. Nothing the graphs wrote is copied out (module
+   "Replay buffers" below): the outputs and the parameters' gradients are the graphs' own buffers.
    Dropout draws through PyTorch's graph-safe generator: each replay gets fresh offsets.
+
+Replay buffers (torch.compile's cudagraph trees treat outputs so; here .grad too). A replay writes
+the same addresses every time, so what one replay returns, the next one overwrites:
+- Outputs are the forward graph's buffers, not copies. A call that is about to replay the same
+  capture first invalidates the outputs the last replay returned: reading one afterwards raises
+  "...overwritten by a later replay..." (a loss read with .item() before the next step is fine;
+  clone() what is kept longer). A view or detach() of an output cannot be invalidated, so while
+  one is alive calls of that shape run uncaptured and it keeps its values (one warning).
+- A parameter's gradient is handed to autograd as a new tensor on the backward graph's buffer,
+  which autograd adopts as .grad when .grad is None — no copy, as in eager. The backward graph
+  has its own memory pool, so a forward replay never writes where a .grad lives. Before the next
+  replay, a .grad still on a buffer (gradient accumulation, zero_grad(set_to_none=False)) moves to
+  its own memory (one copy; the same tensor object), and autograd then adds the new gradient to
+  it as in eager. Anything else still on a buffer (an earlier .grad kept after
+  zero_grad(set_to_none=True), a view of one) keeps its values: calls of that shape run uncaptured
+  while it is alive (one warning); only such an alias made between a forward and its backward
+  makes that backward raise, rather than overwrite it.
+- Gradients for the caller's own tensors are the buffers themselves (autograd copies them).
+This needs torch._C._storage_Use_Count and torch._C._set_storage_access_error_msg (private,
+feature-checked); without them outputs are cloned and gradients copied, as before.
 
 Never a wrong result: a parameter that moved (module.to(), a replaced Parameter) drops the
 capture; a second forward while a replayed one awaits its backward (gradient accumulation over
@@ -40,6 +59,25 @@ from torch_ort.ortmodule.debug_options import LOGGER
 
 WARMUP = 2       # uncaptured calls of a signature before it is captured
 MAX_GRAPHS = 4   # captured signatures per engine (each holds its activations' memory)
+
+STALE = ("torch_ort (ORTMODULE_USE_CUDA_GRAPH=1): this output of an earlier call was overwritten by a "
+         "later replay of the same CUDA graph; clone() an output you keep past the module's next call")
+
+
+def tracks_buffers() -> bool:
+    """Whether this torch can count a storage's references and invalidate a tensor (private APIs
+    that torch.compile's cudagraph trees use); without them replays copy out what they return."""
+    return hasattr(torch._C, "_storage_Use_Count") and hasattr(torch._C, "_set_storage_access_error_msg")
+
+
+def storage_refs(t: torch.Tensor) -> int:
+    """References to t's storage (every tensor that shares its memory holds one)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+def invalidate(t: torch.Tensor) -> None:
+    """t lets go of its memory; reading it raises STALE."""
+    torch._C._set_storage_access_error_msg(t, STALE)
 
 
 def signature(inputs) -> tuple:
@@ -100,6 +138,11 @@ class _Captured:
     backward: object = None
     pool: object = None
     in_flight: object = None     # weakref to the _GraphRun awaiting its backward
+    output_refs: list = field(default_factory=list)  # storage_refs of each output with none handed out
+    grad_refs: list = field(default_factory=list)    # the same for grads_out (0 where None)
+    handed: list = field(default_factory=list)       # weakrefs to the outputs the last replay returned
+    warned: bool = False         # said once that a kept output alias made a call run uncaptured
+    warned_grads: bool = False   # the same for a kept gradient
 
 
 @dataclass
@@ -115,12 +158,14 @@ class _GraphRun:
     """A replayed forward's context: its backward replays the backward graph."""
 
     captured: _Captured
+    params: list = field(default_factory=list)  # this call's parameters (whose .grad may alias)
     consumed: bool = False
 
 
 @dataclass
 class _GraphBackward:
     captured: _Captured
+    params: list = field(default_factory=list)
     replayed: bool = False
 
 
@@ -137,8 +182,9 @@ class GraphedEngine:
     leading graph inputs are the caller's tensors (the rest are parameters and buffers)."""
 
     def __init__(self, engine, num_user: int, backend=None, warmup: int = WARMUP,
-                 max_graphs: int = MAX_GRAPHS):
+                 max_graphs: int = MAX_GRAPHS, zero_copy: bool | None = None):
         self._engine, self._num_user = engine, num_user
+        self._zero_copy = tracks_buffers() if zero_copy is None else zero_copy
         self._backend = backend or CudaGraphBackend()
         self._warmup, self._max_graphs = warmup, max_graphs
         self._graphs: dict = {}      # signature -> _Captured
@@ -159,9 +205,11 @@ class GraphedEngine:
         key = signature(inputs[:self._num_user])
         captured = self._graphs.get(key)
         if captured is not None and not self._params_moved(captured, inputs):
-            if self._idle(captured):
+            if (self._idle(captured) and self._outputs_free(captured)
+                    and self._grads_free(captured, inputs[self._num_user:], at_forward=True)):
                 return self._replay_forward(captured, inputs)
-            outputs, ctx = self._engine.forward(inputs)  # another forward awaits its backward
+            # Another forward awaits its backward, or something still reads the graphs' buffers.
+            outputs, ctx = self._engine.forward(inputs)
             return outputs, ctx
         seen = self._seen.setdefault(key, _Warmup())
         if self._ready(seen) and len(self._graphs) < self._max_graphs:
@@ -186,10 +234,19 @@ class GraphedEngine:
 
     def backward_take(self, run, steps: int, inputs: list):
         if isinstance(run, _GraphBackward):
+            captured = run.captured
             if not run.replayed:
-                self._backend_replay(run.captured.backward)
+                if self._zero_copy:
+                    self._grads_free(captured, run.params, at_forward=False)
+                self._backend_replay(captured.backward)
                 run.replayed = True
-            return [run.captured.grads_out[i] for i in inputs]
+            if not self._zero_copy:
+                return [captured.grads_out[i] for i in inputs]
+            # A parameter's gradient as a new tensor on the buffer: autograd adopts it as .grad
+            # (no copy) when .grad is None. The caller's tensors get the buffer (autograd copies).
+            n = self._num_user
+            return [g.detach() if g is not None and i >= n else g
+                    for i, g in ((i, captured.grads_out[i]) for i in inputs)]
         if isinstance(run, _PlainBackward):
             grads = self._engine.backward_take(run.run, steps, inputs)
             run.finish_if_done()
@@ -258,7 +315,9 @@ class GraphedEngine:
             grads_in = [torch.empty_like(o) if p else None for o, p in zip(outputs, pattern)]
             bwd, grads_out = (None, [])
             if cell["ctx"] is not None:
-                bwd, grads_out = backend.capture(lambda: run_backward(grads_in), pool)
+                # Its own pool: memory the forward graph used for temporaries and that a forward
+                # replay writes again must never be where a .grad lives (module doc).
+                bwd, grads_out = backend.capture(lambda: run_backward(grads_in), backend.new_pool())
             backend.set_rng_state(rng)  # the capture drew nothing the replay will not draw again
         except Exception as e:  # noqa: BLE001 - any capture failure: run this signature uncaptured
             self._give_up(seen, f"capture failed: {type(e).__name__}: {e}")
@@ -266,6 +325,9 @@ class GraphedEngine:
         captured = _Captured(inputs=static, param_ptrs=tuple(t.data_ptr() for t in inputs[n:]),
                              pattern=pattern, outputs=list(outputs), grads_in=grads_in,
                              grads_out=list(grads_out), forward=fwd, backward=bwd, pool=pool)
+        if self._zero_copy:  # what holds the buffers now (our lists, the engine) is the baseline
+            captured.output_refs = [storage_refs(o) for o in captured.outputs]
+            captured.grad_refs = [0 if g is None else storage_refs(g) for g in captured.grads_out]
         self._graphs[key] = captured
         self.captures += 1
         LOGGER.info("ORTMODULE_USE_CUDA_GRAPH: captured the step for inputs %s",
@@ -286,12 +348,69 @@ class GraphedEngine:
                 buffer.copy_(t)
         self._backend_replay(captured.forward)
         self.replays += 1
-        outputs = [o.clone() for o in captured.outputs]
+        if self._zero_copy:  # the buffers themselves, as new tensors the next replay invalidates
+            outputs = [o.detach() for o in captured.outputs]
+            captured.handed = [weakref.ref(o) for o in outputs]
+        else:
+            outputs = [o.clone() for o in captured.outputs]
         if captured.backward is None:
             return outputs, None
-        run = _GraphRun(captured)
+        run = _GraphRun(captured, params=list(inputs[self._num_user:]))
         captured.in_flight = weakref.ref(run)
         return outputs, run
+
+    def _outputs_free(self, captured: _Captured) -> bool:
+        """Whether the next replay may overwrite the outputs the last one returned: those still
+        alive are invalidated (reading them raises STALE); a view or detach() of one still holds
+        the memory, and then this call runs uncaptured (the alias keeps its values)."""
+        if not self._zero_copy:
+            return True
+        for ref in captured.handed:
+            t = ref()
+            if t is not None:
+                invalidate(t)
+        captured.handed = []
+        if all(storage_refs(o) <= r for o, r in zip(captured.outputs, captured.output_refs)):
+            return True
+        if not captured.warned:
+            captured.warned = True
+            LOGGER.warning("ORTMODULE_USE_CUDA_GRAPH: a view or detach() of an output of an earlier "
+                           "call is still alive; calls run uncaptured while it is, so it keeps its "
+                           "values (clone() the outputs you keep)")
+        return False
+
+    def _grads_free(self, captured: _Captured, params: list, at_forward: bool) -> bool:
+        """Whether the backward graph may overwrite its gradient buffers. A .grad still on one
+        (gradient accumulation, zero_grad(set_to_none=False)) first moves to its own memory, the
+        same tensor object. Anything else still on one (an earlier .grad kept after
+        zero_grad(set_to_none=True), a view of one) keeps it: at the forward, this call then
+        runs uncaptured; at the backward (an alias made after the forward), it raises."""
+        if not self._zero_copy:
+            return True
+        n = self._num_user
+        mine = [(g, base) for i, (g, base) in enumerate(zip(captured.grads_out, captured.grad_refs))
+                if g is not None and i >= n]
+        if all(storage_refs(g) <= base for g, base in mine):
+            return True
+        buffers = {g.untyped_storage().data_ptr() for g, _ in mine} - {0}
+        with torch.no_grad():  # every .grad first: two gradients may share one buffer's storage
+            for p in params:
+                grad = p.grad
+                if grad is not None and grad.untyped_storage().data_ptr() in buffers:
+                    grad.data = grad.clone()
+        if all(storage_refs(g) <= base for g, base in mine):
+            return True
+        if not at_forward:
+            raise RuntimeError(
+                "torch_ort (ORTMODULE_USE_CUDA_GRAPH=1): a view or detach() of a parameter's .grad, "
+                "made after an earlier backward, is still alive; this backward would overwrite it. "
+                "clone() gradients you keep across a backward, or set ORTMODULE_USE_CUDA_GRAPH=0")
+        if not captured.warned_grads:
+            captured.warned_grads = True
+            LOGGER.warning("ORTMODULE_USE_CUDA_GRAPH: a gradient of an earlier step (a .grad kept "
+                           "after zero_grad, or a view of one) is still alive; calls run uncaptured "
+                           "while it is, so it keeps its values (clone() the gradients you keep)")
+        return False
 
     def _replay_backward_begin(self, run: _GraphRun, grad_outputs):
         if run.consumed:
@@ -310,7 +429,7 @@ class GraphedEngine:
         for buffer, g in zip(captured.grads_in, grad_outputs):
             if buffer is not None:  # an output the capture differentiated: no gradient now is zeros
                 buffer.zero_() if g is None else buffer.copy_(g)
-        return _GraphBackward(captured)
+        return _GraphBackward(captured, params=run.params)
 
 
 class _PlainBackward:

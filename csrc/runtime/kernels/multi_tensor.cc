@@ -19,6 +19,16 @@ std::string where(const char* call, const char* list, size_t i) {
 
 }  // namespace
 
+void check_scalar(const char* call, const char* name, const at::Tensor& t, at::ScalarType dtype,
+                  const c10::Device& device) {
+  if (!t.defined()) return;
+  if (t.numel() != 1 || t.scalar_type() != dtype || t.device() != device)
+    throw InputMismatchError(std::string(call) + ": " + name + " must be one " +
+                             std::string(c10::toString(dtype)) + " element on " + device.str() + ", got " +
+                             std::to_string(t.numel()) + " " + std::string(c10::toString(t.scalar_type())) +
+                             " element(s) on " + t.device().str());
+}
+
 void check_lists(const char* call, const std::vector<const std::vector<at::Tensor>*>& lists,
                  const std::vector<const char*>& names, size_t param_like, c10::DeviceType device) {
   const std::vector<at::Tensor>& first = *lists.at(0);

@@ -46,6 +46,15 @@ struct LambHyper {
   double grad_scale = 1.0;      // global clipping / unscale factor applied to every gradient
 };
 
+// The device scalars of a step that never waits for the device (FusedLamb and FP16_Optimizer on
+// CUDA): the kernels read them where they run, so no value comes back to the host. One element
+// each, on the kernels' device; undefined when absent.
+struct StepScalars {
+  at::Tensor scale_by;  // float64: multiplies grad_scale (the global clipping factor, 1/loss scale)
+  at::Tensor skip;      // float32: nonzero leaves every tensor as it was (overflow, non-finite norm)
+  at::Tensor step;      // float64: this update's step, counted on the device (replaces the hyper's)
+};
+
 // Checks the tensor lists of one call: one entry per parameter in every list, equal sizes at one
 // index, contiguous, dense, on `device`; lists[0] (and the first `param_like` lists) fp32, fp16 or
 // bf16, the others fp32 (state) unless `any_float`. Errors name the call, the list and the index:
@@ -98,6 +107,35 @@ void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
                const LambHyper& h);
 bool scale_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale);
 double l2norm_cuda(const std::vector<at::Tensor>& tensors);
+
+// The same with StepScalars. On the CPU they are read on the host (no device to wait for) and the
+// plain kernels run with grad_scale·scale_by, or not at all when skip is set (after the checks).
+void adam_cpu_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const AdamHyper& h, const StepScalars& d);
+void lamb_cpu_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const LambHyper& h, const StepScalars& d);
+// dst = src·scale·scale_by; sets found[0] = 1 (float32, one element, never cleared) when src holds
+// an inf or nan. No host read on CUDA.
+void scale_flag_cpu(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale,
+                    const at::Tensor& scale_by, const at::Tensor& found);
+// √(Σ‖t‖²) as a 0-dim float64 tensor on the tensors' device (the same value l2norm_* returns).
+at::Tensor l2norm_tensor_cpu(const std::vector<at::Tensor>& tensors);
+
+void adam_cuda_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                       const AdamHyper& h, const StepScalars& d);
+void lamb_cuda_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                       const LambHyper& h, const StepScalars& d);
+void scale_flag_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale,
+                     const at::Tensor& scale_by, const at::Tensor& found);
+at::Tensor l2norm_tensor_cuda(const std::vector<at::Tensor>& tensors);
+
+// Checks one StepScalars tensor: one element, `dtype`, on `device` (InputMismatchError otherwise).
+void check_scalar(const char* call, const char* name, const at::Tensor& t, at::ScalarType dtype,
+                  const c10::Device& device);
 
 // Which CPU path runs: "avx512" or "portable". set_cpu_path("portable") forces the portable one
 // (tests run both); set_cpu_path("auto") picks AVX-512 when the processor has it.

@@ -19,10 +19,23 @@ struct Lists {
   std::vector<int64_t> numel;
 };
 
+// A step's device scalars (StepScalars, multi_tensor.h): read by every block where it runs.
+struct DeviceScalars {
+  double grad_scale = 1.0;           // the host's grad_scale, unrounded: scale_by multiplies it
+  const double* scale_by = nullptr;  // null: grad_scale alone
+  const float* skip = nullptr;       // null or 0: update; else every kernel returns at once
+  // The step counted on the device (steps it skipped do not count): null, or the bias
+  // corrections are computed from *step in each block, as adam_terms/lamb_terms do on the host.
+  const double* step = nullptr;
+  double lr = 0, beta1 = 0, beta2 = 0;
+  bool bias_correction = true;
+};
+
 struct AdamArgs {
   float b1, one_minus_b1, b2, one_minus_b2, eps, grad_scale;
   float step_size, inv_sqrt_bc2, decay, l2;  // AdamTerms (multi_tensor.h)
   int mode;                                  // AdamWMode
+  DeviceScalars dev;
 };
 
 struct LambArgs {
@@ -32,6 +45,7 @@ struct LambArgs {
   // double, as the CPU kernel computes lr·ratio before rounding it to float.
   bool ratio_on;
   double lr, ratio_min, ratio_max, max_weight_norm;  // max_weight_norm <= 0: no clamp
+  DeviceScalars dev;
 };
 
 // Sums (‖p‖², ‖u‖², Σx²) are deterministic: every block writes its partial to its own slot of a
@@ -46,8 +60,10 @@ void adam(const Lists& l, Elem p, Elem g, const AdamArgs& a, cudaStream_t stream
 // `sums` 2·n doubles (‖p‖², ‖u‖² per tensor), `scaled_lr` n floats.
 void lamb(const Lists& l, Elem p, Elem g, const LambArgs& a, double* partials, const int64_t* offsets,
           double* sums, float* scaled_lr, cudaStream_t stream);
-// Lists: src (S), dst (D). Sets *found (device int, zeroed by the caller) when src has inf/nan.
-void scale(const Lists& l, Elem s, Elem d, float factor, int* found, cudaStream_t stream);
+// Lists: src (S), dst (D); dst = src·factor, factor = float(scale·*scale_by) when scale_by is not
+// null, else float(scale). Sets *found = 1 (device float, never cleared) when src has inf/nan.
+void scale(const Lists& l, Elem s, Elem d, double scale, const double* scale_by, float* found,
+           cudaStream_t stream);
 // One list. Writes Σx² to *sum (a device double). Scratch: `partials` (one double per slot) and
 // `offsets` = {0, slots} on the device.
 void sum_squares(const Lists& l, Elem t, double* partials, const int64_t* offsets, double* sum,

@@ -53,8 +53,46 @@ __device__ __forceinline__ void chunk_of(const Meta<kDepth>& m, int& t, int64_t&
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 
+// The step's device scalars: whether to leave everything as it is, and the gradient factor (the
+// host's float(grad_scale) when there is no device factor, as the CPU kernel rounds it).
+__device__ __forceinline__ bool skipped(const DeviceScalars& d) { return d.skip != nullptr && *d.skip != 0.0f; }
+__device__ __forceinline__ float grad_factor(const DeviceScalars& d, float host) {
+  return d.scale_by != nullptr ? float(d.grad_scale * *d.scale_by) : host;
+}
+// 1 - β^t for the device's step (adam_terms/lamb_terms in multi_tensor.cc, in double).
+__device__ __forceinline__ double bias_correction(const DeviceScalars& d, double beta) {
+  return d.bias_correction ? 1.0 - pow(beta, *d.step) : 1.0;
+}
+// Adam's step_size and inv_sqrt_bc2 for the device's step (adam_terms).
+template <int kMode>
+__device__ __forceinline__ void adam_step_terms(const AdamArgs& a, float& step_size, float& inv_sqrt_bc2) {
+  step_size = a.step_size;
+  inv_sqrt_bc2 = a.inv_sqrt_bc2;
+  if (a.dev.step == nullptr) return;
+  const double bc1 = bias_correction(a.dev, a.dev.beta1), bc2 = bias_correction(a.dev, a.dev.beta2);
+  if (kMode == 2) {
+    step_size = float(a.dev.lr / bc1);
+    inv_sqrt_bc2 = float(1.0 / sqrt(bc2));
+  } else {
+    step_size = float(a.dev.lr * sqrt(bc2) / bc1);
+  }
+}
+// LAMB's arguments with inv_bc1 and inv_bc2 for the device's step (lamb_terms).
+__device__ __forceinline__ LambArgs lamb_for_step(const LambArgs& a) {
+  LambArgs b = a;
+  if (a.dev.step != nullptr) {
+    b.inv_bc1 = float(1.0 / bias_correction(a.dev, a.dev.beta1));
+    b.inv_bc2 = float(1.0 / bias_correction(a.dev, a.dev.beta2));
+  }
+  return b;
+}
+
 template <typename P, typename G, int kMode>
 __global__ void adam_kernel(Meta<4> m, AdamArgs a) {
+  if (skipped(a.dev)) return;
+  const float grad_scale = grad_factor(a.dev, a.grad_scale);
+  float step_size, inv_sqrt_bc2;
+  adam_step_terms<kMode>(a, step_size, inv_sqrt_bc2);
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -63,14 +101,14 @@ __global__ void adam_kernel(Meta<4> m, AdamArgs a) {
   float* ma = static_cast<float*>(m.ptr[2][t]);
   float* va = static_cast<float*>(m.ptr[3][t]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float pi = load(p, i), gi = mul(load(g, i), a.grad_scale);
+    float pi = load(p, i), gi = mul(load(g, i), grad_scale);
     if (kMode == 2) pi = mul(pi, a.decay);
     if (kMode == 0) gi = add(gi, mul(a.l2, pi));
     const float mi = add(mul(a.b1, ma[i]), mul(a.one_minus_b1, gi));
     const float vi = add(mul(a.b2, va[i]), mul(a.one_minus_b2, mul(gi, gi)));
     float root = sqrtf(vi);
-    if (kMode == 2) root = mul(root, a.inv_sqrt_bc2);
-    pi = pi - __fdiv_rn(mul(a.step_size, mi), add(root, a.eps));
+    if (kMode == 2) root = mul(root, inv_sqrt_bc2);
+    pi = pi - __fdiv_rn(mul(step_size, mi), add(root, a.eps));
     if (kMode == 1) pi = mul(pi, a.decay);
     ma[i] = mi;
     va[i] = vi;
@@ -86,7 +124,7 @@ __device__ __forceinline__ float lamb_update(float p, float m, float v, const La
 
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum needs whole warps");
 static_assert(sizeof(Meta<4>) + sizeof(LambArgs) + 2 * sizeof(void*) + sizeof(int64_t) <= 4096 &&
-                  sizeof(Meta<2>) + sizeof(float) + sizeof(void*) <= 4096 &&
+                  sizeof(Meta<2>) + sizeof(double) + 2 * sizeof(void*) <= 4096 &&
                   sizeof(Meta<1>) + 2 * sizeof(void*) + sizeof(int64_t) <= 4096,
               "a launch's arguments must fit in 4 KiB");
 
@@ -117,7 +155,10 @@ __global__ void reduce_slots(const double* partials, int width, const int64_t* o
 }
 
 template <typename P, typename G>
-__global__ void lamb_pass1(Meta<4> m, LambArgs a, double* partials, int64_t first_slot) {
+__global__ void lamb_pass1(Meta<4> m, LambArgs host, double* partials, int64_t first_slot) {
+  if (skipped(host.dev)) return;  // the whole block: block_sum is never reached
+  const LambArgs a = lamb_for_step(host);
+  const float grad_scale = grad_factor(a.dev, a.grad_scale);
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -128,7 +169,7 @@ __global__ void lamb_pass1(Meta<4> m, LambArgs a, double* partials, int64_t firs
   double pp = 0, uu = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float pi = load(p, i);
-    float gi = mul(load(g, i), a.grad_scale);
+    float gi = mul(load(g, i), grad_scale);
     if (!a.adam_w) gi = add(gi, mul(a.wd, pi));
     const float mi = add(mul(a.b1, ma[i]), mul(a.m_weight, gi));
     const float vi = add(mul(a.b2, va[i]), mul(a.one_minus_b2, mul(gi, gi)));
@@ -148,7 +189,7 @@ __global__ void lamb_pass1(Meta<4> m, LambArgs a, double* partials, int64_t firs
 
 __global__ void lamb_ratios(const double* sums, float* scaled_lr, int n, LambArgs a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || skipped(a.dev)) return;
   // The CPU kernel's std::min/std::max, written out: fmin/fmax would drop a nan instead.
   double w = sqrt(sums[2 * i]);
   if (a.max_weight_norm > 0 && a.max_weight_norm < w) w = a.max_weight_norm;
@@ -161,7 +202,9 @@ __global__ void lamb_ratios(const double* sums, float* scaled_lr, int n, LambArg
 }
 
 template <typename P>
-__global__ void lamb_pass2(Meta<4> m, LambArgs a, const float* scaled_lr) {
+__global__ void lamb_pass2(Meta<4> m, LambArgs host, const float* scaled_lr) {
+  if (skipped(host.dev)) return;
+  const LambArgs a = lamb_for_step(host);
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -176,7 +219,8 @@ __global__ void lamb_pass2(Meta<4> m, LambArgs a, const float* scaled_lr) {
 }
 
 template <typename S, typename D>
-__global__ void scale_kernel(Meta<2> m, float factor, int* found) {
+__global__ void scale_kernel(Meta<2> m, double scale, const double* scale_by, float* found) {
+  const float factor = scale_by != nullptr ? float(scale * *scale_by) : float(scale);
   int t;
   int64_t begin, end;
   chunk_of(m, t, begin, end);
@@ -188,7 +232,7 @@ __global__ void scale_kernel(Meta<2> m, float factor, int* found) {
     bad |= !isfinite(x);
     store(d, i, mul(x, factor));
   }
-  if (bad) *found = 1;
+  if (bad) *found = 1.0f;
 }
 
 template <typename T>
@@ -303,13 +347,14 @@ void lamb(const Lists& l, Elem pe, Elem ge, const LambArgs& a, double* partials,
   check(cudaGetLastError(), "multi_tensor_lamb launch");
 }
 
-void scale(const Lists& l, Elem se, Elem de, float factor, int* found, cudaStream_t stream) {
+void scale(const Lists& l, Elem se, Elem de, double factor, const double* scale_by, float* found,
+           cudaStream_t stream) {
   with_elem(se, [&](auto* s0) {
     with_elem(de, [&](auto* d0) {
       using S = std::remove_pointer_t<decltype(s0)>;
       using D = std::remove_pointer_t<decltype(d0)>;
       for_launches<2>(l, [&](const Meta<2>& m, int blocks, int64_t) {
-        scale_kernel<S, D><<<blocks, kThreads, 0, stream>>>(m, factor, found);
+        scale_kernel<S, D><<<blocks, kThreads, 0, stream>>>(m, factor, scale_by, found);
       });
     });
   });

@@ -7,7 +7,9 @@
 #include <tuple>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sqrt.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -71,6 +73,38 @@ at::TensorOptions on(const c10::Device& device, at::ScalarType dtype) {
   return at::TensorOptions().dtype(dtype).device(device);
 }
 
+// The kernels' view of StepScalars, checked against the lists' device (CUDA kernels read them there).
+cuda::DeviceScalars device_scalars(const char* call, const StepScalars& d, double grad_scale,
+                                   const std::vector<at::Tensor>& params) {
+  cuda::DeviceScalars out;
+  if (params.empty()) return out;
+  check_scalar(call, "scale_by", d.scale_by, at::kDouble, params[0].device());
+  check_scalar(call, "skip", d.skip, at::kFloat, params[0].device());
+  check_scalar(call, "step", d.step, at::kDouble, params[0].device());
+  out.grad_scale = grad_scale;
+  if (d.scale_by.defined()) out.scale_by = d.scale_by.data_ptr<double>();
+  if (d.skip.defined()) out.skip = d.skip.data_ptr<float>();
+  if (d.step.defined()) out.step = d.step.data_ptr<double>();
+  return out;
+}
+
+template <typename Hyper>
+cuda::DeviceScalars with_step(cuda::DeviceScalars out, const Hyper& h) {
+  out.lr = h.lr;
+  out.beta1 = h.beta1;
+  out.beta2 = h.beta2;
+  out.bias_correction = h.bias_correction;
+  return out;
+}
+
+// Every list on one device: a step's device scalars live on one.
+void check_one_device(const char* call, const std::vector<at::Tensor>& params) {
+  for (const at::Tensor& p : params)
+    if (p.device() != params[0].device())
+      throw InputMismatchError(std::string(call) + ": tensors on " + params[0].device().str() + " and " +
+                               p.device().str() + "; a step with device scalars runs on one device");
+}
+
 }  // namespace
 
 void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
@@ -89,16 +123,18 @@ void adam_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
   }
 }
 
-void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+namespace {
+
+void lamb_with(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
-               const LambHyper& h) {
+               const LambHyper& h, const cuda::DeviceScalars& dev) {
   check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
               {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
   check_grad_dtypes("multi_tensor_lamb", params, grads);
   const LambTerms t = lamb_terms(h);
   const cuda::LambArgs a{float(h.beta1), t.m_weight, float(h.beta2), float(1.0 - h.beta2), float(h.eps),
                          float(h.weight_decay), t.inv_bc1, t.inv_bc2, float(h.grad_scale), h.adam_w_mode,
-                         t.ratio_on, h.lr, h.ratio_min, h.ratio_max, h.max_weight_norm};
+                         t.ratio_on, h.lr, h.ratio_min, h.ratio_max, h.max_weight_norm, dev};
   for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
     c10::cuda::CUDAGuard guard(g.device);
     const cudaStream_t stream = stream_of(g.device);
@@ -114,16 +150,67 @@ void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tens
   }
 }
 
+}  // namespace
+
+void lamb_cuda(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+               const LambHyper& h) {
+  lamb_with(params, grads, exp_avgs, exp_avg_sqs, h, cuda::DeviceScalars{});
+}
+
+void adam_cuda_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                       const AdamHyper& h, const StepScalars& d) {
+  if (!d.scale_by.defined() && !d.skip.defined() && !d.step.defined())
+    return adam_cuda(params, grads, exp_avgs, exp_avg_sqs, h);
+  check_lists("multi_tensor_adam", {&params, &grads, &exp_avgs, &exp_avg_sqs},
+              {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CUDA);
+  check_grad_dtypes("multi_tensor_adam", params, grads);
+  check_one_device("multi_tensor_adam", params);
+  const AdamTerms t = adam_terms(h);
+  const cuda::AdamArgs a{float(h.beta1), float(1.0 - h.beta1), float(h.beta2), float(1.0 - h.beta2),
+                         float(h.eps), float(h.grad_scale), t.step_size, t.inv_sqrt_bc2, t.decay, t.l2,
+                         int(h.mode), with_step(device_scalars("multi_tensor_adam", d, h.grad_scale, params), h)};
+  for (const Group& g : groups_of({&params, &grads, &exp_avgs, &exp_avg_sqs})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    cuda::adam(g.lists, g.first, g.second, a, stream_of(g.device));
+  }
+}
+
+void lamb_cuda_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                       const LambHyper& h, const StepScalars& d) {
+  check_one_device("multi_tensor_lamb", params);
+  lamb_with(params, grads, exp_avgs, exp_avg_sqs, h,
+            with_step(device_scalars("multi_tensor_lamb", d, h.grad_scale, params), h));
+}
+
 bool scale_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale) {
   check_lists("multi_tensor_scale", {&src, &dst}, {"src", "dst"}, 2, c10::DeviceType::CUDA);
   bool found = false;
   for (const Group& g : groups_of({&src, &dst})) {
     c10::cuda::CUDAGuard guard(g.device);
-    at::Tensor flag = at::zeros({1}, on(g.device, at::kInt));
-    cuda::scale(g.lists, g.first, g.second, float(scale), flag.data_ptr<int>(), stream_of(g.device));
-    found |= flag.item<int>() != 0;
+    at::Tensor flag = at::zeros({1}, on(g.device, at::kFloat));
+    cuda::scale(g.lists, g.first, g.second, scale, nullptr, flag.data_ptr<float>(), stream_of(g.device));
+    found |= flag.item<float>() != 0;  // the caller asked for a host answer
   }
   return found;
+}
+
+void scale_flag_cuda(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale,
+                     const at::Tensor& scale_by, const at::Tensor& found) {
+  check_lists("multi_tensor_scale_flag", {&src, &dst}, {"src", "dst"}, 2, c10::DeviceType::CUDA);
+  if (src.empty()) return;
+  check_one_device("multi_tensor_scale_flag", src);
+  const c10::Device device = src[0].device();
+  check_scalar("multi_tensor_scale_flag", "scale_by", scale_by, at::kDouble, device);
+  check_scalar("multi_tensor_scale_flag", "found", found, at::kFloat, device);
+  at::Tensor flag = found.defined() ? found : at::zeros({1}, on(device, at::kFloat));
+  for (const Group& g : groups_of({&src, &dst})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    cuda::scale(g.lists, g.first, g.second, scale, scale_by.defined() ? scale_by.data_ptr<double>() : nullptr,
+                flag.data_ptr<float>(), stream_of(g.device));
+  }
 }
 
 double l2norm_cuda(const std::vector<at::Tensor>& tensors) {
@@ -141,6 +228,25 @@ double l2norm_cuda(const std::vector<at::Tensor>& tensors) {
     total += sum.item<double>();
   }
   return std::sqrt(total);
+}
+
+at::Tensor l2norm_tensor_cuda(const std::vector<at::Tensor>& tensors) {
+  check_lists("multi_tensor_l2norm_tensor", {&tensors}, {"tensors"}, 1, c10::DeviceType::CUDA);
+  if (tensors.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kDouble));
+  check_one_device("multi_tensor_l2norm_tensor", tensors);
+  at::Tensor total;  // Σx² of the groups in order, as l2norm_cuda adds them on the host
+  for (const Group& g : groups_of({&tensors})) {
+    c10::cuda::CUDAGuard guard(g.device);
+    const cudaStream_t stream = stream_of(g.device);
+    const int64_t slots = cuda::chunk_offsets(g.lists).back();
+    at::Tensor offsets_dev = upload({0, slots}, g.device, stream);
+    at::Tensor partials = at::empty({std::max<int64_t>(slots, 1)}, on(g.device, at::kDouble));
+    at::Tensor sum = at::empty({}, on(g.device, at::kDouble));
+    cuda::sum_squares(g.lists, g.first, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
+                      sum.data_ptr<double>(), stream);
+    total = total.defined() ? at::add(total, sum) : sum;
+  }
+  return at::sqrt(total);
 }
 
 }  // namespace torch_ort::optim
