@@ -10,8 +10,13 @@ ROOT=$PWD
 PY=${PYTHON:-.venv/bin/python}
 log() { echo "[check_wheel] $*"; }
 
-DIR=$(mktemp -d)
+# One fixed folder, and ccache told nothing of the checkout: the build's paths (pip's unpacked sdist,
+# the new environment's torch headers) are then the same from run to run, so the private
+# protobuf and the extensions are cache hits after the first run instead of a cold build each time.
+DIR=${TMPDIR:-/tmp}/torch_ort-check-wheel
+rm -rf "$DIR" && mkdir -p "$DIR"
 trap 'rm -rf "$DIR"' EXIT
+unset CCACHE_BASEDIR  # setup.py then sets it to the unpacked sdist (its default)
 base=$("$PY" -c 'import sys; print(sys._base_executable)')
 # The distribution's version (2.15.0), not torch.__version__ (2.15.0+cu132): pip resolves the former.
 torch_version=$("$PY" -c 'from importlib.metadata import version; print(version("torch"))')

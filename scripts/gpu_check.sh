@@ -154,7 +154,8 @@ for p in ${PARTS//,/ }; do
         --steps 10 --warmup 3 --probe --no-gemm" ;;
     tests-core)  # host synchronizations, CUDA graphs, autocast's loss dtype, attention with dropout
       part tests-core 0 bash -c "pytest_part tests-core tests/python/test_gpu_sync_free.py \
-        tests/python/test_gpu_cuda_graphs.py tests/python/test_gpu_parity.py -k 'autocast or sync or graph'" ;;
+        tests/python/test_gpu_cuda_graphs.py tests/python/test_attention_dropout.py \
+        tests/python/test_gpu_parity.py::test_autocast_loss_dtype_and_value_match_eager" ;;
     tests-rest)
       part tests-rest 0 bash -c "pytest_part tests-rest tests/python/test_gpu_parity.py -k 'not autocast' \
         tests/python/test_optim_cuda.py" ;;

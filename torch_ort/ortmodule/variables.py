@@ -237,7 +237,9 @@ VARIABLES: tuple[Variable, ...] = (
              "on CUDA, capture a steady-state step's forward and backward once per input shape "
              "and replay them as CUDA graphs (host time per step: a few launches); needs a graph "
              "without device->host reads or PythonOp/ATenOp nodes, else runs uncaptured with a "
-             "warning; outputs are copies, inputs are copied in (ours, not ORT's)"),
+             "warning; inputs are copied in; outputs and `.grad` are the graphs' buffers, an "
+             "output read after the next replay raises ([performance.md](performance.md), "
+             "\"CUDA graphs\") (ours, not ORT's)"),
     Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, _count,
              "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
              "beyond it the least recently used is dropped and re-exported if seen again; "
