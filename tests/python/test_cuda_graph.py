@@ -268,6 +268,26 @@ def test_a_grad_kept_after_zero_grad_keeps_its_values(graphs, torch_ort_log):
     assert model.stats()["cuda_graph_replays"] == 2  # nothing holds the buffers: replays again
 
 
+def test_a_call_that_runs_uncaptured_leaves_the_last_outputs_valid(graphs):
+    """Only a replay overwrites the outputs it hands out: a call kept uncaptured (here by a .grad
+    still on the gradient buffer) must not invalidate the last replay's outputs."""
+    _, graphed = pair(dropout=0.0)
+    model = ORTModule(graphed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for s in range(3):  # warm-up and capture
+        model(*gpt_batch(2, 8, s))[1].backward()
+        opt.zero_grad(set_to_none=True)
+    logits, loss = model(*gpt_batch(2, 8, 10))  # a replay: its buffers
+    loss.backward()
+    replays, value = model.stats()["cuda_graph_replays"], logits.sum().item()
+    kept = next(model.parameters()).grad  # holds the gradient buffer
+    opt.zero_grad(set_to_none=True)
+    model(*gpt_batch(2, 8, 11))[1].backward()
+    assert model.stats()["cuda_graph_replays"] == replays  # uncaptured
+    assert logits.sum().item() == value  # still readable, unchanged
+    del kept
+
+
 def test_without_buffer_tracking_outputs_are_copies(graphs, monkeypatch):
     """A torch without the private storage APIs: outputs cloned, gradients copied (as before)."""
     monkeypatch.setattr(cuda_graph, "tracks_buffers", lambda: False)

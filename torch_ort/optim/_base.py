@@ -180,6 +180,8 @@ class FusedOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
                 prev = group.get("step", 0)
                 if device_steps and not torch.is_tensor(prev):
                     prev = torch.full((), float(prev), dtype=torch.float64, device=params[0].device)
+                elif device_steps:  # a checkpoint loaded with map_location may have moved it
+                    prev = prev.to(params[0].device, torch.float64)
                 elif not device_steps and torch.is_tensor(prev):  # back from a sync-free device
                     prev = int(prev.item())
                 step = prev + 1

@@ -87,7 +87,9 @@ class LossScaler:
         mode, else the host float. Never waits."""
         d = self._device
         if d is not None and d["scale"].device == device:
-            return d["scale"]
+            # A copy: autograd saves it for the loss's backward, and update_on_device changes the
+            # scale in place.
+            return d["scale"].clone()
         return self.scale
 
     def inv_scale_tensor(self, device: torch.device) -> torch.Tensor:
@@ -133,6 +135,9 @@ class LossScaler:
         d["skipped"].add_((found_inf.reshape(()) != 0).to(torch.int64))
         if not self.dynamic:
             return
+        # It grows the scale when the tracker reaches the interval exactly; the host path's
+        # count (>=) may already be past it (a smaller interval set, a loaded state).
+        d["tracker"].clamp_(max=self.growth_interval - 1)
         torch._amp_update_scale_(d["scale"], d["tracker"], found_inf.reshape(()).float(),
                                  self.growth_factor, self.backoff_factor, self.growth_interval)
         d["scale"].clamp_(self.min_scale, self.max_scale)

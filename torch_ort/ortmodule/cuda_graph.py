@@ -205,6 +205,8 @@ class GraphedEngine:
         key = signature(inputs[:self._num_user])
         captured = self._graphs.get(key)
         if captured is not None and not self._params_moved(captured, inputs):
+            # Checks first, without side effects: a call that then runs uncaptured leaves the
+            # earlier outputs valid (nothing overwrites them).
             if (self._idle(captured) and self._outputs_free(captured)
                     and self._grads_free(captured, inputs[self._num_user:], at_forward=True)):
                 return self._replay_forward(captured, inputs)
@@ -343,9 +345,16 @@ class GraphedEngine:
         graph.replay()
 
     def _replay_forward(self, captured: _Captured, inputs):
+        # Inputs first: one may be an output of the last replay passed back in (x = model(x)),
+        # which is invalidated only once it has been read.
         for buffer, t in zip(captured.inputs[:self._num_user], inputs[:self._num_user]):
             if buffer is not t:
                 buffer.copy_(t)
+        for ref in captured.handed:
+            t = ref()
+            if t is not None:
+                invalidate(t)
+        captured.handed = []
         self._backend_replay(captured.forward)
         self.replays += 1
         if self._zero_copy:  # the buffers themselves, as new tensors the next replay invalidates
@@ -360,17 +369,19 @@ class GraphedEngine:
         return outputs, run
 
     def _outputs_free(self, captured: _Captured) -> bool:
-        """Whether the next replay may overwrite the outputs the last one returned: those still
-        alive are invalidated (reading them raises STALE); a view or detach() of one still holds
-        the memory, and then this call runs uncaptured (the alias keeps its values)."""
+        """Whether the next replay may overwrite the outputs the last one returned. Those outputs
+        themselves may be alive: the replay invalidates them (reading one then raises STALE). A
+        view or detach() of one also holds the memory, and then this call runs uncaptured (the
+        alias keeps its values). Changes nothing."""
         if not self._zero_copy:
             return True
-        for ref in captured.handed:
-            t = ref()
-            if t is not None:
-                invalidate(t)
-        captured.handed = []
-        if all(storage_refs(o) <= r for o, r in zip(captured.outputs, captured.output_refs)):
+        handed = [t for t in (ref() for ref in captured.handed) if t is not None]
+        held = {}  # storage -> references the handed outputs hold, which the replay drops
+        for t in handed:
+            key = t.untyped_storage().data_ptr()
+            held[key] = held.get(key, 0) + 1
+        if all(storage_refs(o) - held.get(o.untyped_storage().data_ptr(), 0) <= r
+               for o, r in zip(captured.outputs, captured.output_refs)):
             return True
         if not captured.warned:
             captured.warned = True
