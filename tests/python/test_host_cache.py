@@ -100,3 +100,25 @@ def test_the_cache_holds_a_few_signatures_only():
     # 10 is recent (cached); 1 was evicted by the eight lengths after it (computed again).
     assert ran == [(2, 0)] * 10 + [(0, 2), (2, 0)]
     assert engine.host_cache_size == 8
+
+
+def test_a_cached_host_value_is_never_written_in_place():
+    """y = x·numel(x), z = arange(numel(x)·2.0): the host Mul is the last reader of numel(x) and
+    may take its buffer over; the cache must still hand out the unchanged value on later calls."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Size", ["x"], ["n"], name="size"),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Mul", ["x", "nf"], ["y"], name="scale"),
+             helper.make_node("Mul", ["nf", "two"], ["d"], name="double"),
+             helper.make_node("Range", ["zero", "d", "one"], ["z"], name="range")]
+    inits = [helper.make_tensor(name, TensorProto.FLOAT, [], [v])
+             for name, v in (("two", 2.0), ("zero", 0.0), ("one", 1.0))]
+    engine = _engine(nodes, [vi("x", TensorProto.FLOAT, ["b", 3])],
+                     [vi("y", TensorProto.FLOAT, ["b", 3]), vi("z", TensorProto.FLOAT, ["m"])], inits)
+    assert engine.stats()["host_cacheable_forward"] == 3  # Size, Cast, Mul on the host
+    for b in (2, 2, 5, 2, 5):
+        x = torch.randn(b, 3)
+        (y, z), _ = engine.forward([x])
+        assert torch.equal(y, x * float(x.numel())), b
+        assert torch.equal(z, torch.arange(2.0 * x.numel())), b
+    assert engine.last_host_steps_cached_forward == 3
