@@ -41,6 +41,8 @@ py::dict stats_dict(const EngineStats& s) {
   d["to_host_backward"] = s.to_host_backward;
   d["to_device_forward"] = s.to_device_forward;
   d["to_device_backward"] = s.to_device_backward;
+  d["host_cacheable_forward"] = s.host_cacheable_forward;
+  d["host_cacheable_backward"] = s.host_cacheable_backward;
   return d;
 }
 
@@ -267,6 +269,17 @@ PYBIND11_MODULE(_C, m) {
                              "forward or backward runs PythonOp/ATenOp/ATenOpGrad (code we do not control)")
       .def_property_readonly("last_host_reads_backward", &Engine::last_host_reads_backward,
                              "device→host reads of the last finished backward (-1: none yet)")
+      .def_property_readonly("last_host_steps_forward", &Engine::last_host_steps_forward,
+                             "host steps (shape arithmetic) the last forward ran (-1: none yet)")
+      .def_property_readonly("last_host_steps_backward", &Engine::last_host_steps_backward,
+                             "host steps the last finished backward ran (-1: none yet)")
+      .def_property_readonly("last_host_steps_cached_forward", &Engine::last_host_steps_cached_forward,
+                             "host steps the last forward took from the per-shape cache instead")
+      .def_property_readonly("last_host_steps_cached_backward",
+                             &Engine::last_host_steps_cached_backward,
+                             "host steps the last finished backward took from the per-shape cache")
+      .def_property_readonly("host_cache_size", &Engine::host_cache_size,
+                             "input-shape signatures whose host values the engine holds (bounded)")
       .def("host_values",
            [](const Engine& e) {
              const Graph& g = e.memory_graph();

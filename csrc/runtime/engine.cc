@@ -80,6 +80,16 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
     }
   for (ValueId v : plan_.saved) stats_.saved_names.push_back(eg.value(v).name);
   if (tg_) compute_input_grad_ready();
+
+  // Host steps that compute shapes only: run once per input-shape signature (host_cache.h).
+  std::vector<char> constant(eg.num_values(), 0);
+  for (const auto& [v, _] : consts) constant[v] = 1;
+  std::vector<ValueId> escaping = eg.outputs;  // what the caller receives
+  if (tg_) escaping.insert(escaping.end(), tg_->input_grads.begin(), tg_->input_grads.end());
+  const auto [fwd, bwd] =
+      mark_cacheable_steps(eg, forward_steps_, backward_steps_, constant, escaping);
+  stats_.host_cacheable_forward = fwd;
+  stats_.host_cacheable_backward = bwd;
 }
 
 const std::vector<std::pair<ValueId, at::Tensor>>& Engine::constants_on(c10::Device device) const {
@@ -140,12 +150,27 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
     live.emplace();
     for (const at::Tensor& t : slots) live->exclude(t);  // inputs and constants
   }
+  // The cacheable host steps: replayed when these input sizes were seen, else recorded.
+  HostStepRun host;
+  std::shared_ptr<HostCacheEntry> entry;
+  std::vector<int64_t> key;
+  const bool cached = stats_.host_cacheable_forward + stats_.host_cacheable_backward > 0;
+  if (cached) {
+    key = HostCache::key_of(inputs, device);
+    entry = host_cache_.find(key);
+    if (entry) host.replay = &entry->forward;
+    else host.record = std::make_unique<HostValues>(stats_.host_cacheable_forward);
+  }
   int64_t host_reads = 0;
   {
     HostReadScope reads(&host_reads);
-    run_steps(forward_steps_, slots, device, live ? &*live : nullptr);
+    run_steps(forward_steps_, slots, device, live ? &*live : nullptr, &host);
   }
   last_host_reads_forward_ = host_reads;
+  last_host_steps_forward_ = host.ran;
+  last_host_steps_cached_forward_ = host.skipped;
+  if (host.record) entry = host_cache_.insert(std::move(key), std::move(*host.record));
+  if (host.diverged) entry = nullptr;  // its backward must compute its own host values
 
   std::vector<at::Tensor> outputs;
   for (ValueId v : g.outputs) {
@@ -162,6 +187,7 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
   ctx->engine_id = id_;
   ctx->device = device;
   ctx->host_reads = host_reads;
+  ctx->host_entry = std::move(entry);
   for (ValueId v : plan_.saved) {
     if (!slots[v].defined())
       throw std::logic_error("internal: saved value '" + g.value(v).name +

@@ -60,6 +60,7 @@ struct RunContext {
   LiveBytes::Excluded untracked;                         // when tracked: buffers not counted
   std::atomic<bool> consumed{false};
   int64_t host_reads = 0;                                // device→host reads forward made
+  std::shared_ptr<HostCacheEntry> host_entry;            // forward's signature (null: uncached)
   LiveCount<RunContext> counted;
 };
 
@@ -76,6 +77,9 @@ struct BackwardRun {
   std::vector<char> taken;             // per graph input: its gradient was handed over
   bool finished = false;               // every step ran (and the measurement was recorded)
   int64_t host_reads = 0;              // device→host reads its steps made so far
+  std::shared_ptr<HostCacheEntry> host_entry;     // forward's signature (null: uncached)
+  std::shared_ptr<const HostValues> host_values;  // its backward values, when replaying them
+  HostStepRun host;                    // the cacheable host steps: replayed, recorded, counted
   LiveCount<BackwardRun> counted;
 };
 
@@ -93,6 +97,8 @@ struct EngineStats {
   int64_t host_nodes = 0;
   int64_t to_host_forward = 0, to_host_backward = 0;      // ToHost nodes: reads every run makes
   int64_t to_device_forward = 0, to_device_backward = 0;  // ToDevice nodes (cached uploads)
+  // Host steps computed once per input-shape signature (host_cache.h), per phase.
+  int64_t host_cacheable_forward = 0, host_cacheable_backward = 0;
 };
 
 // The memory report of an engine for one call's input sizes: the static estimate and the
@@ -163,6 +169,13 @@ class Engine {
   // counted on every device (HostReadScope). A well-placed model reads nothing.
   int64_t last_host_reads_forward() const { return last_host_reads_forward_; }
   int64_t last_host_reads_backward() const { return last_host_reads_backward_; }
+  // Host steps the last forward and the last finished backward ran, and those whose outputs came
+  // from the host-value cache instead (host_cache.h); -1: none yet. A steady step runs none.
+  int64_t last_host_steps_forward() const { return last_host_steps_forward_; }
+  int64_t last_host_steps_backward() const { return last_host_steps_backward_; }
+  int64_t last_host_steps_cached_forward() const { return last_host_steps_cached_forward_; }
+  int64_t last_host_steps_cached_backward() const { return last_host_steps_cached_backward_; }
+  size_t host_cache_size() const { return host_cache_.size(); }  // signatures held
   // Where each value of the executed graph lives.
   const Placement& placement() const { return plan_.placement; }
 
@@ -206,6 +219,10 @@ class Engine {
 
   mutable std::atomic<int64_t> last_host_reads_forward_{-1};
   mutable std::atomic<int64_t> last_host_reads_backward_{-1};
+  mutable std::atomic<int64_t> last_host_steps_forward_{-1}, last_host_steps_backward_{-1};
+  mutable std::atomic<int64_t> last_host_steps_cached_forward_{-1};
+  mutable std::atomic<int64_t> last_host_steps_cached_backward_{-1};
+  mutable HostCache host_cache_;  // host values per input-shape signature
   mutable std::atomic<bool> track_memory_{false};
   mutable std::mutex measured_mu_;
   mutable MeasuredMemory measured_;

@@ -66,6 +66,13 @@ std::unique_ptr<BackwardRun> Engine::backward_begin(
   run->device = ctx.device;
   run->measured = ctx.measured;
   run->taken.assign(g.inputs.size(), 0);
+  // Backward's host values belong to the signature its forward ran with.
+  run->host_entry = std::move(ctx.host_entry);
+  if (run->host_entry && stats_.host_cacheable_backward > 0) {
+    run->host_values = host_cache_.backward_of(*run->host_entry);
+    if (run->host_values) run->host.replay = run->host_values.get();
+    else run->host.record = std::make_unique<HostValues>(stats_.host_cacheable_backward);
+  }
   std::vector<at::Tensor>& slots = run->slots;
   slots.resize(g.num_values());
   for (const auto& [v, t] : constants_on(ctx.device)) slots[v] = t;
@@ -113,12 +120,18 @@ std::vector<std::optional<at::Tensor>> Engine::backward_take(
   if (end > run.next) {
     at::NoGradGuard no_grad;  // kernels must not record an autograd graph of their own
     HostReadScope reads(&run.host_reads);
-    run_steps(backward_steps_, run.next, end, run.slots, run.device, run.live ? &*run.live : nullptr);
+    run_steps(backward_steps_, run.next, end, run.slots, run.device, run.live ? &*run.live : nullptr,
+              &run.host);
     run.next = end;
   }
   if (run.next == backward_steps_.size() && !run.finished) {
     run.finished = true;
     last_host_reads_backward_ = run.host_reads;
+    last_host_steps_backward_ = run.host.ran;
+    last_host_steps_cached_backward_ = run.host.skipped;
+    if (run.host.record && run.host_entry)
+      host_cache_.set_backward(*run.host_entry, std::move(*run.host.record));
+    run.host.record.reset();
     if (run.live) {
       MeasuredMemory m = run.measured;
       m.backward_peak = run.live->peak();

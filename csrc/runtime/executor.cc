@@ -117,14 +117,37 @@ int64_t LiveBytes::unique_bytes(const std::vector<at::Tensor>& tensors) const {
 }
 
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
-               c10::Device device, LiveBytes* live) {
-  run_steps(steps, 0, steps.size(), slots, device, live);
+               c10::Device device, LiveBytes* live, HostStepRun* host) {
+  run_steps(steps, 0, steps.size(), slots, device, live, host);
 }
 
+namespace {
+// After a step set its outputs (ran, or bound from the host cache): the count, then the frees.
+void account_and_free(const CompiledStep& s, std::vector<at::Tensor>& slots, LiveBytes* live) {
+  if (live) {
+    // Host values and uploads are not activation memory; excluding their buffers also leaves
+    // out device views of them (on the CPU an upload is the host value itself).
+    for (size_t i = 0; i < s.outputs.size(); ++i) {
+      if (s.outputs[i] == kNoValue) continue;
+      if (s.untracked[i]) live->exclude(slots[s.outputs[i]]);
+      else live->add(slots[s.outputs[i]]);
+    }
+    live->sample();
+    for (ValueId v : s.free_after) live->remove(slots[v]);
+  }
+  for (ValueId v : s.free_after) slots[v] = at::Tensor();
+}
+}  // namespace
+
 void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
-               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live) {
+               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live,
+               HostStepRun* host) {
   for (size_t k = begin; k < end; ++k) {
     const CompiledStep& s = steps[k];
+    if (host && host->replay && s.cache_index >= 0 && bind_cached(s, *host, slots)) {
+      account_and_free(s, slots, live);
+      continue;
+    }
     KernelCtx ctx(*s.node, s.opset, s.on_host ? c10::Device(c10::kCPU) : device, s.inputs.data(),
                   static_cast<int>(s.inputs.size()), s.outputs.data(),
                   static_cast<int>(s.outputs.size()), slots, &s.none_ok, s.inplace, &s.host_in,
@@ -145,18 +168,11 @@ void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
           !(i < s.none_ok.size() && s.none_ok[i]))
         throw KernelError(s.node->describe() + ": kernel did not produce output " +
                           std::to_string(i));
-    if (live) {
-      // Host values and uploads are not activation memory; excluding their buffers also leaves
-      // out device views of them (on the CPU an upload is the host value itself).
-      for (size_t i = 0; i < s.outputs.size(); ++i) {
-        if (s.outputs[i] == kNoValue) continue;
-        if (s.untracked[i]) live->exclude(slots[s.outputs[i]]);
-        else live->add(slots[s.outputs[i]]);
-      }
-      live->sample();
-      for (ValueId v : s.free_after) live->remove(slots[v]);
+    if (host) {
+      host->ran += s.on_host;
+      if (host->record && s.cache_index >= 0) record_cached(s, *host, slots);
     }
-    for (ValueId v : s.free_after) slots[v] = at::Tensor();
+    account_and_free(s, slots, live);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "csrc/core/planner/placement.h"
 #include "csrc/core/planner/plan.h"
+#include "csrc/runtime/host_cache.h"
 #include "csrc/runtime/kernel.h"
 
 namespace torch_ort {
@@ -34,6 +35,8 @@ struct CompiledStep {
   std::vector<char> host_in;        // per input: a declared host input (read as numbers)
   std::vector<char> untracked;      // per output: a host value or an upload: not activation memory
   std::shared_ptr<UploadCache> upload;  // ToDevice steps: the device copies across runs
+  int cache_index = -1;             // a cacheable host step: its index in HostValues (host_cache.h)
+  bool cache_guard = false;         // ... that reads only its input's sizes, kept as the guard
 };
 
 // Per value: does any node, graph output or extra root read it? (Unread outputs are skipped.)
@@ -73,10 +76,12 @@ class LiveBytes {
 // The graph already holds autocast's casts, so kernels run with autocast off; steps marked
 // caller_autocast run user code or PyTorch autograd and see the caller's state, as in eager.
 // `live` (optional) is told of every slot set and dropped, and sampled after each kernel.
+// `host` (optional) replays or records the cacheable host steps and counts the host steps run.
 void run_steps(const std::vector<CompiledStep>& steps, std::vector<at::Tensor>& slots,
-               c10::Device device, LiveBytes* live = nullptr);
+               c10::Device device, LiveBytes* live = nullptr, HostStepRun* host = nullptr);
 // Steps [begin, end) only (a backward run in pieces).
 void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
-               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live = nullptr);
+               std::vector<at::Tensor>& slots, c10::Device device, LiveBytes* live = nullptr,
+               HostStepRun* host = nullptr);
 
 }  // namespace torch_ort

@@ -524,7 +524,11 @@ class ORTModule(torch.nn.Module):
         its lifetime), `cache_hits` (exports ORTMODULE_CACHE_DIR saved), `host_reads_forward` and
         `host_reads_backward` — the device→host reads the engine made in the last forward and the
         last finished backward (each one makes a GPU step wait; counted on the CPU too, as if the
-        values lived on a device; -1 before the first), `host_transfers` — the engine's ToHost nodes
+        values lived on a device; -1 before the first), `host_steps_forward` and
+        `host_steps_backward` — the host steps (shape arithmetic) those calls ran, and
+        `host_steps_cached_forward` / `host_steps_cached_backward` — those they took from the
+        engine's per-input-shape cache instead (a steady step runs none; -1 before the first),
+        `host_transfers` — the engine's ToHost nodes
         (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
         and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch
         and, under partial acceleration, which of its submodules run in the engine
@@ -539,6 +543,8 @@ class ORTModule(torch.nn.Module):
             "cache_hits": self.cache_hit_count,
             "host_reads_forward": engine.last_host_reads_forward if engine is not None else -1,
             "host_reads_backward": engine.last_host_reads_backward if engine is not None else -1,
+            **{f"host_steps{kind}_{phase}": getattr(engine, f"last_host_steps{kind}_{phase}", -1)
+               for kind in ("", "_cached") for phase in ("forward", "backward")},
             "host_transfers": {k: st.get(k, 0) for k in ("to_host_forward", "to_host_backward",
                                                          "to_device_forward", "to_device_backward")},
             "cuda_graph_captures": graphs["captures"],
