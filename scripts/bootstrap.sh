@@ -11,8 +11,9 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # clang + libclang-rt-dev: the ASan/UBSan build of the core and the libFuzzer target (scripts/sanitize.sh, fuzz.sh)
+# iproute2: the GPU check's dry run brings up the loopback device of its own network namespace
 debs=(build-essential cmake ninja-build ccache libgtest-dev python3-dev python3-venv xz-utils
-      clang libclang-rt-dev)
+      clang libclang-rt-dev iproute2)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
