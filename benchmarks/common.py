@@ -84,7 +84,8 @@ def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: floa
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
         env.update(env_extra or {})
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        load = busy_cores()  # other work on the machine skews every figure: recorded
+        # Other work on the machine skews every figure: recorded (a dry run measures nothing).
+        load = busy_cores() if os.environ.get("TORCH_ORT_GPU_DRY_RUN") != "1" else 0.0
         with open(out_path, "w") as out, open(err_path, "w") as err:
             start = time.perf_counter()
             proc = subprocess.Popen([sys.executable, script, *argv], stdout=out,

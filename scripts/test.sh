@@ -19,8 +19,10 @@ scripts/sanitize.sh
 timeout 600 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 
 echo "[test] Python (pytest)"
-# --durations: the slowest tests, so that a CI log shows where the time goes.
-.venv/bin/python -m pytest -q --durations=20 tests/python "$@"
+# --durations: the slowest tests, so that a CI log shows where the time goes. Two workers, one
+# file each at a time (a file's module fixtures are built once): most of a test's time is the
+# exporter's Python, one core each.
+.venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests/python "$@"
 
 echo "[test] the wheel, installed outside the checkout"
 scripts/check_wheel.sh
