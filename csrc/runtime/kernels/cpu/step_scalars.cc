@@ -26,32 +26,35 @@ double times(double grad_scale, const at::Tensor& scale_by) {
 
 }  // namespace
 
+// One update with the device scalars applied on the host: a skipped step makes the checks a
+// real step would make and writes nothing; otherwise the scale and the step count fold into
+// the hyperparameters of the host kernel.
+template <typename Hyper, typename Kernel>
+void step_with_scalars(const char* name, const std::vector<at::Tensor>& params,
+                       const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& exp_avgs,
+                       const std::vector<at::Tensor>& exp_avg_sqs, const Hyper& h, const StepScalars& d,
+                       Kernel kernel) {
+  if (skipped(name, d)) {
+    check_lists(name, {&params, &grads, &exp_avgs, &exp_avg_sqs},
+                {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
+    return check_grad_dtypes(name, params, grads);
+  }
+  Hyper r = h;
+  r.grad_scale = times(h.grad_scale, d.scale_by);
+  r.step = step_of(h.step, d.step);
+  kernel(params, grads, exp_avgs, exp_avg_sqs, r);
+}
+
 void adam_cpu_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const AdamHyper& h, const StepScalars& d) {
-  if (skipped("multi_tensor_adam", d)) {  // the checks a real step would make, nothing written
-    check_lists("multi_tensor_adam", {&params, &grads, &exp_avgs, &exp_avg_sqs},
-                {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
-    return check_grad_dtypes("multi_tensor_adam", params, grads);
-  }
-  AdamHyper r = h;
-  r.grad_scale = times(h.grad_scale, d.scale_by);
-  r.step = step_of(h.step, d.step);
-  adam_cpu(params, grads, exp_avgs, exp_avg_sqs, r);
+  step_with_scalars("multi_tensor_adam", params, grads, exp_avgs, exp_avg_sqs, h, d, adam_cpu);
 }
 
 void lamb_cpu_scalars(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const LambHyper& h, const StepScalars& d) {
-  if (skipped("multi_tensor_lamb", d)) {
-    check_lists("multi_tensor_lamb", {&params, &grads, &exp_avgs, &exp_avg_sqs},
-                {"params", "grads", "exp_avgs", "exp_avg_sqs"}, 2, c10::DeviceType::CPU);
-    return check_grad_dtypes("multi_tensor_lamb", params, grads);
-  }
-  LambHyper r = h;
-  r.grad_scale = times(h.grad_scale, d.scale_by);
-  r.step = step_of(h.step, d.step);
-  lamb_cpu(params, grads, exp_avgs, exp_avg_sqs, r);
+  step_with_scalars("multi_tensor_lamb", params, grads, exp_avgs, exp_avg_sqs, h, d, lamb_cpu);
 }
 
 void scale_flag_cpu(const std::vector<at::Tensor>& src, const std::vector<at::Tensor>& dst, double scale,

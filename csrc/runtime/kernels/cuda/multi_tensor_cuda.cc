@@ -213,20 +213,27 @@ void scale_flag_cuda(const std::vector<at::Tensor>& src, const std::vector<at::T
   }
 }
 
+namespace {
+
+// Σx² of one group's tensors, a 0-dim float64 tensor on its device (nothing read back).
+at::Tensor sum_squares_of(const Group& g) {
+  c10::cuda::CUDAGuard guard(g.device);
+  const cudaStream_t stream = stream_of(g.device);
+  const int64_t slots = cuda::chunk_offsets(g.lists).back();
+  at::Tensor offsets_dev = upload({0, slots}, g.device, stream);
+  at::Tensor partials = at::empty({std::max<int64_t>(slots, 1)}, on(g.device, at::kDouble));
+  at::Tensor sum = at::empty({}, on(g.device, at::kDouble));
+  cuda::sum_squares(g.lists, g.first, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
+                    sum.data_ptr<double>(), stream);
+  return sum;
+}
+
+}  // namespace
+
 double l2norm_cuda(const std::vector<at::Tensor>& tensors) {
   check_lists("multi_tensor_l2norm", {&tensors}, {"tensors"}, 1, c10::DeviceType::CUDA);
-  double total = 0;
-  for (const Group& g : groups_of({&tensors})) {
-    c10::cuda::CUDAGuard guard(g.device);
-    const cudaStream_t stream = stream_of(g.device);
-    const int64_t slots = cuda::chunk_offsets(g.lists).back();
-    at::Tensor offsets_dev = upload({0, slots}, g.device, stream);
-    at::Tensor partials = at::empty({std::max<int64_t>(slots, 1)}, on(g.device, at::kDouble));
-    at::Tensor sum = at::empty({1}, on(g.device, at::kDouble));
-    cuda::sum_squares(g.lists, g.first, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
-                      sum.data_ptr<double>(), stream);
-    total += sum.item<double>();
-  }
+  double total = 0;  // the groups may be on several devices: added on the host
+  for (const Group& g : groups_of({&tensors})) total += sum_squares_of(g).item<double>();
   return std::sqrt(total);
 }
 
@@ -234,16 +241,9 @@ at::Tensor l2norm_tensor_cuda(const std::vector<at::Tensor>& tensors) {
   check_lists("multi_tensor_l2norm_tensor", {&tensors}, {"tensors"}, 1, c10::DeviceType::CUDA);
   if (tensors.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kDouble));
   check_one_device("multi_tensor_l2norm_tensor", tensors);
-  at::Tensor total;  // Σx² of the groups in order, as l2norm_cuda adds them on the host
+  at::Tensor total;  // Σx² of the groups in order, as l2norm_cuda adds them
   for (const Group& g : groups_of({&tensors})) {
-    c10::cuda::CUDAGuard guard(g.device);
-    const cudaStream_t stream = stream_of(g.device);
-    const int64_t slots = cuda::chunk_offsets(g.lists).back();
-    at::Tensor offsets_dev = upload({0, slots}, g.device, stream);
-    at::Tensor partials = at::empty({std::max<int64_t>(slots, 1)}, on(g.device, at::kDouble));
-    at::Tensor sum = at::empty({}, on(g.device, at::kDouble));
-    cuda::sum_squares(g.lists, g.first, partials.data_ptr<double>(), offsets_dev.data_ptr<int64_t>(),
-                      sum.data_ptr<double>(), stream);
+    at::Tensor sum = sum_squares_of(g);
     total = total.defined() ? at::add(total, sum) : sum;
   }
   return at::sqrt(total);
