@@ -226,9 +226,12 @@ def build_library(jobs: int) -> None:
     """libprotobuf-lite.a (lite runtime, abseil, utf8_range) and protoc_cpp, from one ninja file."""
     cxx = os.environ.get("CXX", "c++")
     cc = os.environ.get("CC", "cc")
-    flags = " ".join([cxx, cc] + FLAGS + C_FLAGS + sorted(f"{k}={v}" for k, v in ABSEIL_OPTIONS.items())
+    # The stamp names what decides the library's contents (release, flags, patches), not the
+    # compiler's command name: a tree carried to a machine whose CXX is spelled differently (g++
+    # for c++) reuses its library instead of rebuilding it from a download it may not reach.
+    flags = " ".join(FLAGS + C_FLAGS + sorted(f"{k}={v}" for k, v in ABSEIL_OPTIONS.items())
                      + list(SOURCE_LOCATION_CHECK))
-    stamp = os.path.join(PREFIX, f".built-{GRPC_TOOLS_VERSION}-" +
+    stamp = os.path.join(PREFIX, f"built-{GRPC_TOOLS_VERSION}-" +
                          hashlib.sha256(flags.encode()).hexdigest()[:12])
     if os.path.exists(stamp) and os.path.exists(LIBRARY) and os.path.exists(PROTOC):
         return
@@ -279,7 +282,7 @@ def build_library(jobs: int) -> None:
         raise BuildError(f"compiling protobuf failed (ninja exit {result.returncode})")
     install_headers(root)
     for old in os.listdir(PREFIX):
-        if old.startswith(".built-"):
+        if old.startswith((".built-", "built-")):
             os.remove(os.path.join(PREFIX, old))
     open(stamp, "w").close()
 

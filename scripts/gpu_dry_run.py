@@ -10,7 +10,12 @@ What the GPU machine has, and so what the dry run makes:
   the package folder of .venv (torch_ort's .pth there is not read: only a site directory's .pth
   files are);
 - no network: the run is in a network namespace of its own (unshare), or, where none can be made,
-  with every proxy pointed at a closed local port.
+  with every proxy pointed at a closed local port;
+- compilers named by absolute paths in CXX and CC (that machine sets CXX=/opt/gcc/bin/g++): the
+  carried protobuf-lite must be taken as built whatever the compilers are called;
+- no download cache: XDG_CACHE_HOME is an empty folder and TORCH_ORT_GRPC_TOOLS_SDIST is unset, so
+  a build that does not take the carried library fails instead of rebuilding it from this
+  machine's cached sources.
 The build part compiles nothing: it runs scripts/build_protobuf.py offline from the carried files,
 and the extensions built in this checkout stand in for the ones the GPU machine compiles.
 
@@ -143,9 +148,16 @@ def make_python(dest: str) -> str:
 def environment(bin_dir: str, out_dir: str) -> tuple[dict, list[str]]:
     """The variables of the run, and the command prefix that takes the network away."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHON", "PYTHONSTARTUP")}
-    env.update(PATH=bin_dir + os.pathsep + env.get("PATH", ""), OUT=out_dir, TORCH_ORT_GPU_DRY_RUN="1",
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHON", "PYTHONSTARTUP",
+                        "TORCH_ORT_GRPC_TOOLS_SDIST")}
+    cache = os.path.join(os.path.dirname(out_dir), "cache")
+    os.makedirs(cache, exist_ok=True)
+    env.update(XDG_CACHE_HOME=cache, PATH=bin_dir + os.pathsep + env.get("PATH", ""), OUT=out_dir, TORCH_ORT_GPU_DRY_RUN="1",
                HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    for var, names in (("CXX", ("g++", "c++")), ("CC", ("gcc", "cc"))):
+        found = next(filter(None, map(shutil.which, names)), None)
+        if found:
+            env[var] = os.path.realpath(found)
     # A network namespace of its own has only a loopback device (up: torchrun's rendezvous uses it).
     isolated = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
     if shutil.which("unshare") and shutil.which("ip") and subprocess.run(
