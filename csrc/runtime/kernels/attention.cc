@@ -122,10 +122,12 @@ at::Tensor efficient_bias(const AttnArgs& a) {
   return m.expand({a.q.size(0), a.q.size(1), a.q.size(2), a.k.size(2)});
 }
 
-// The philox seed and offset a fused kernel takes without dropout: never read.
-const at::Tensor& no_dropout_rng() {
-  static const at::Tensor t = at::empty({}, at::TensorOptions().dtype(at::kLong));
-  return t;
+// The philox seed and offset a fused kernel takes without dropout: never read, but on the
+// queries' device (the cuDNN backward, unlike flash and memory-efficient attention, checks that
+// every tensor argument shares one device).
+at::Tensor no_dropout_rng(const at::Tensor& like) {
+  static const at::Tensor host = at::empty({}, at::TensorOptions().dtype(at::kLong));
+  return like.is_cpu() ? host : at::empty({}, like.options().dtype(at::kLong));
 }
 
 void attention_kernel(KernelCtx& c) {
@@ -215,8 +217,8 @@ void attention_grad_kernel(KernelCtx& c) {
   if (dlse && p > 0.0 && backend != SDPBackend::math)
     c.fail("a gradient into LogSumExp with dropout: the math path cannot replay the fused kernel's mask");
   if (dlse) backend = SDPBackend::math;
-  const at::Tensor& rng0 = p > 0.0 ? c.input(9) : no_dropout_rng();
-  const at::Tensor& rng1 = p > 0.0 ? c.input(10) : no_dropout_rng();
+  const at::Tensor rng0 = p > 0.0 ? c.input(9) : no_dropout_rng(a.q);
+  const at::Tensor rng1 = p > 0.0 ? c.input(10) : rng0;
   const std::array<bool, 4> wanted{c.output_wanted(0), c.output_wanted(1), c.output_wanted(2), false};
   at::Tensor dq, dk, dv;
   switch (backend) {
