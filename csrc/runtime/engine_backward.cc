@@ -5,6 +5,7 @@
 #include <string>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
 
 #include "csrc/core/autodiff/aten_op.h"
 #include "csrc/runtime/dtype.h"
@@ -155,7 +156,11 @@ std::vector<std::optional<at::Tensor>> Engine::backward_take(
       grads.push_back(std::nullopt);
       continue;
     }
-    grads.push_back(later(v) ? run.slots[v].clone() : run.slots[v]);
+    const at::Tensor& t = run.slots[v];
+    // A gradient that is only absent ones (an output nobody differentiated) leaves as a zero
+    // tensor of its own: .grad must be writable, not a view of the shared zero.
+    if (kernels::is_absent_gradient(t)) grads.push_back(at::zeros(t.sizes(), t.options()));
+    else grads.push_back(later(v) ? t.clone() : t);
   }
   // Drop the engine's references to what was handed over, so autograd adopts the tensors as
   // .grad instead of copying them (it copies a gradient that something else still holds). The

@@ -33,7 +33,7 @@ at::Tensor absent_gradient(c10::IntArrayRef sizes, const at::TensorOptions& opti
 }
 
 bool is_absent_gradient(const at::Tensor& t) {
-  if (!t.defined()) return false;
+  if (!t.defined() || t.layout() != at::kStrided) return false;  // a sparse tensor has no storage
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = zeros().find(key_of(t.scalar_type(), t.device()));
   return it != zeros().end() && t.storage().unsafeGetStorageImpl() == it->second.storage().unsafeGetStorageImpl();

@@ -14,6 +14,8 @@ namespace {
 void matmul_kernel(KernelCtx& c) { c.set_output(0, at::matmul(c.input(0), c.input(1))); }
 
 // Y = alpha * A' B' + beta * C, A' = transA ? Aᵀ : A (both 2-D), C unidirectionally broadcast.
+// Without C, a product with an absent gradient (common.h) is absent: the weight gradient of an
+// output nobody differentiated runs no GEMM.
 void gemm_kernel(KernelCtx& c) {
   at::Tensor a = c.input(0);
   at::Tensor b = c.input(1);
@@ -24,7 +26,13 @@ void gemm_kernel(KernelCtx& c) {
   if (c.attrs.get_int("transB", 0)) b = b.t();
   const double alpha = c.attrs.get_float("alpha", 1.0f);
   const double beta = c.attrs.get_float("beta", 1.0f);
-  if (c.has_input(2) && beta != 0.0) {
+  const bool has_c = c.has_input(2) && beta != 0.0;
+  if (!has_c && (is_absent_gradient(a) || is_absent_gradient(b))) {  // zero·B: no GEMM
+    if (a.size(1) != b.size(0))
+      c.fail("inner dimensions differ: " + c10::str(a.sizes()) + " · " + c10::str(b.sizes()));
+    return c.set_output(0, absent_gradient({a.size(0), b.size(1)}, a.options()));
+  }
+  if (has_c) {
     // addmm broadcasts C to (M, N) itself and fuses the scaling into the BLAS call.
     c.set_output(0, at::addmm(c.input(2), a, b, beta, alpha));
     return;

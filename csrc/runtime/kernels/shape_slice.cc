@@ -94,6 +94,7 @@ void slice_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   const std::vector<AxisSlice> regions = slice_regions(c, shape, 2);
+  if (is_absent_gradient(dy)) return c.set_output(0, absent_gradient(shape, dy.options()));
   at::Tensor dx = at::zeros(shape, dy.options());
   const std::vector<int64_t> flip = reversed_axes(regions);
   apply_slice(dx, regions).copy_(flip.empty() ? dy : at::flip(dy, flip));
