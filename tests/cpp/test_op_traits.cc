@@ -184,7 +184,9 @@ TEST(OpTraits, FixedOutputDtypes) {
   };
   EXPECT_EQ(fixed(DType::kBool), onnx({"And", "Dropout", "Equal", "Greater", "GreaterOrEqual", "IsInf",
                                        "IsNaN", "Less", "LessOrEqual", "Not", "Or", "Xor"}));
-  EXPECT_EQ(fixed(DType::kInt64), onnx({"ArgMax", "ArgMin", "MaxPool", "NonZero", "Shape", "Size"}));
+  std::set<std::string> int64 = onnx({"ArgMax", "ArgMin", "MaxPool", "NonZero", "Shape", "Size"});
+  int64.merge(ours({"LabelRows"}));
+  EXPECT_EQ(fixed(DType::kInt64), int64);
   EXPECT_EQ(find_op("", "Dropout")->output_dtypes, (std::vector<DType>{DType::kUndefined, DType::kBool}));
 }
 

@@ -1,6 +1,7 @@
-// matmul_bias_fusion, transpose_matmul_fusion and softmax_cross_entropy_fusion: structure of tiny
-// hand-written graphs after each pass (fires; stays when a condition fails), the verifier after
-// every run, a second run that changes nothing, and the FusedMatMul gradient's structure.
+// matmul_bias_fusion, transpose_matmul_fusion, softmax_cross_entropy_fusion and label_sparsity:
+// structure of tiny hand-written graphs after each pass (fires; stays when a condition fails), the
+// verifier after every run, a second run that changes nothing, and the FusedMatMul gradient's
+// structure.
 #include <gtest/gtest.h>
 
 #include "csrc/core/autodiff/gradient_builder.h"
@@ -260,6 +261,102 @@ TEST(SoftmaxCrossEntropyFusion, OtherAxisOrSharedLogProbsStay) {
   Graph shared = nll_graph(1, true);
   run_twice(*pass, shared, /*changes=*/false);
   EXPECT_EQ(count(shared, "NegativeLogLikelihoodLoss"), 1);
+}
+
+// --- label_sparsity
+
+// An LM head and its loss as a causal LM exports them: h (B, T, 8) · W (V, 8)ᵀ -> (B, T, V),
+// [Cast], Reshape (-1, V), SoftmaxCrossEntropyLoss(ignore_index) against labels (N).
+struct Head {
+  Graph g;
+  ValueId logits, loss;
+};
+
+Head head_graph(int64_t vocab, bool cast, bool logits_output, bool ignore = true) {
+  Head h;
+  Graph& g = h.g;
+  ValueId x = g.add_value("h", DType::kFloat, dims({s("B"), s("T"), k(8)}));
+  ValueId w = g.add_value("W", DType::kFloat, dims({k(vocab), k(8)}));
+  ValueId y = g.add_value("labels", DType::kInt64, dims({s("N")}));
+  g.inputs = {x, y, w};
+  h.logits = g.add_value("logits", DType::kFloat, dims({s("B"), s("T"), k(vocab)}));
+  Node& mm = add_node(g, "FusedMatMul", {x, w}, {h.logits}, "/lm_head");
+  mm.domain = kOurDomain;
+  mm.attrs.set("transB", int64_t{1});
+  ValueId scores = h.logits;
+  if (cast) {
+    scores = g.add_value("logits_f64", DType::kDouble, dims({s("B"), s("T"), k(vocab)}));
+    add_node(g, "Cast", {h.logits}, {scores}, "/cast").attrs.set("to", int64_t{11});
+  }
+  ValueId shape = g.add_value("shape", DType::kInt64, dims({k(2)}));
+  g.initializers[shape] = TensorData::from_int64s({-1, vocab});
+  ValueId flat = g.add_value("flat", g.value(scores).dtype, dims({s("N"), k(vocab)}));
+  add_node(g, "Reshape", {scores, shape}, {flat}, "/view");
+  h.loss = g.add_value("loss", g.value(scores).dtype, dims({}));
+  Node& sce = add_node(g, "SoftmaxCrossEntropyLoss", {flat, y}, {h.loss}, "/loss");
+  if (ignore) sce.attrs.set("ignore_index", int64_t{-100});
+  g.outputs = {h.loss};
+  if (logits_output) g.outputs.push_back(h.logits);
+  return h;
+}
+
+TEST(LabelSparsity, TheHeadAndLossRunOnTheGatheredRows) {
+  for (bool cast : {false, true}) {
+    Head h = head_graph(2048, cast, /*logits_output=*/false);
+    auto pass = make_label_sparsity_pass();
+    EXPECT_EQ(pass->name(), "label_sparsity");
+    run_twice(*pass, h.g);
+    ASSERT_TRUE(make_dce_pass()->run(h.g));
+    verify(h.g);
+    const GraphIndex idx(h.g);
+    const Node& loss = h.g.nodes[idx.producer[h.loss]];
+    const Node* scores = &h.g.nodes[idx.producer[loss.inputs[0]]];
+    if (cast) {
+      EXPECT_EQ(scores->op_type, "Cast");
+      scores = &h.g.nodes[idx.producer[scores->inputs[0]]];
+    }
+    ASSERT_EQ(scores->op_type, "FusedMatMul");
+    EXPECT_EQ(scores->attrs.get_int("transB", 0), 1);
+    EXPECT_FALSE(h.g.value(scores->outputs[0]).shape.dims[0].is_known()) << "the valid rows: data";
+    const Node& rows = h.g.nodes[idx.producer[scores->inputs[0]]];
+    EXPECT_EQ(rows.op_type, "Gather");
+    EXPECT_EQ(h.g.nodes[idx.producer[rows.inputs[1]]].op_type, "LabelRows");
+    EXPECT_EQ(h.g.nodes[idx.producer[loss.inputs[1]]].op_type, "Gather");
+    EXPECT_EQ(count(h.g, "FusedMatMul"), 1) << "the full product is dead without the logits output";
+    EXPECT_EQ(count(h.g, "Reshape"), 0);
+  }
+}
+
+TEST(LabelSparsity, ReturnedLogitsKeepTheFullProduct) {
+  Head h = head_graph(2048, false, /*logits_output=*/true);
+  run_twice(*make_label_sparsity_pass(), h.g);
+  make_dce_pass()->run(h.g);
+  EXPECT_EQ(count(h.g, "FusedMatMul"), 1) << "one GEMM: the logits";
+  const Node* rows = find(h.g, "ProductRows");
+  ASSERT_NE(rows, nullptr) << "the loss reads the valid rows of the logits";
+  EXPECT_EQ(rows->inputs[3], h.logits);
+  EXPECT_EQ(rows->inputs[2], kNoValue);
+  EXPECT_EQ(rows->attrs.get_int("transB", 0), 1);
+  EXPECT_EQ(h.g.nodes[GraphIndex(h.g).producer[rows->inputs[4]]].op_type, "LabelRows");
+  // Its gradient is the product's over the gathered rows: GEMMs on them, nothing into the logits.
+  TrainingGraph tg = build_training_graph(h.g, {false, false, true});
+  verify(as_exportable_graph(tg));
+  int gemms_on_rows = 0;
+  for (size_t i = tg.num_forward_nodes; i < tg.graph.nodes.size(); ++i) {
+    const Node& n = tg.graph.nodes[i];
+    if (n.op_type == "FusedMatMul" || n.op_type == "Gemm")
+      for (ValueId v : n.inputs) gemms_on_rows += v == rows->inputs[0];
+  }
+  EXPECT_EQ(gemms_on_rows, 1) << "dW from the gathered rows";
+}
+
+TEST(LabelSparsity, FewClassesOrNoIgnoreIndexStay) {
+  auto pass = make_label_sparsity_pass();
+  Head small = head_graph(64, false, false);
+  run_twice(*pass, small.g, /*changes=*/false);
+  Head no_ignore = head_graph(2048, false, false, /*ignore=*/false);
+  run_twice(*pass, no_ignore.g, /*changes=*/false);
+  EXPECT_EQ(count(no_ignore.g, "LabelRows"), 0);
 }
 
 // --- FusedMatMul: shape rule and gradient structure

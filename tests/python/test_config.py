@@ -331,12 +331,24 @@ def test_memory_variables_are_parsed_and_acted_on(monkeypatch, torch_ort_log, na
     assert not any(name in m for m in messages(torch_ort_log, logging.WARNING))
 
 
-def test_compute_optimizer_is_parsed_and_said_to_be_inactive(monkeypatch, torch_ort_log):
-    monkeypatch.setenv("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "0")
+@pytest.mark.parametrize("name, value, field, parsed", [
+    ("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "0", "compute_optimizer", False),
+    ("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "1", "sparse_optimizer", True),
+    ("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "auto", "sparse_optimizer", "auto"),
+])
+def test_compute_optimizer_variables_are_parsed_and_acted_on(monkeypatch, torch_ort_log, name, value, field,
+                                                             parsed):
+    """Acted on: tests/python/test_label_sparsity.py shows each switching the rewrite off."""
+    monkeypatch.setenv(name, value)
     ours = ORTModule(Small())
-    assert ours._settings.compute_optimizer is False
-    assert any("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER" in m and "does not act on it yet" in m
-               for m in messages(torch_ort_log, logging.WARNING))
+    assert getattr(ours._settings, field) == parsed
+    assert not any(name in m for m in messages(torch_ort_log, logging.WARNING))
+
+
+def test_sparse_optimizer_rejects_other_values(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "sometimes")
+    with pytest.raises(ValueError, match="ORTMODULE_ENABLE_SPARSE_OPTIMIZER"):
+        ORTModule(Small())
 
 
 def test_memory_opt_config_from_json_file(monkeypatch, tmp_path):

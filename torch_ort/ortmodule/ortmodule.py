@@ -15,7 +15,7 @@ from torch_ort._compat import pytree
 from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, partial, python_op
 from torch_ort.ortmodule.aten_routing import AtenFallback, resolve_aten
 from torch_ort.ortmodule.compositions import fsdp_managed, refusal
-from torch_ort.ortmodule.variables import VARIABLES, Settings, SkipCheck
+from torch_ort.ortmodule.variables import Settings, SkipCheck
 from torch_ort.ortmodule.exporter import autocast_state
 from torch_ort.ortmodule.fallback_policy import (
     FallbackManager,
@@ -40,8 +40,6 @@ _DEVICES = ("cpu", "cuda")
 # Leaves an input may have besides tensors: values the export records as constants of the graph.
 _INPUT_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device,
                  torch.layout, torch.memory_format)
-# Variables a later stage will act on (compute optimizer).
-_NOT_ACTED_ON = ("compute_optimizer",)
 
 
 class _ForwardAttribute:
@@ -144,10 +142,6 @@ class ORTModule(torch.nn.Module):
             self._fallback.handle(self._refused)
         if self._fallback.forced:
             self._fallback.warn_forced()
-        for var in VARIABLES:
-            if var.field in _NOT_ACTED_ON and os.environ.get(var.name, "").strip():
-                LOGGER.warning("%s is set; it is parsed and validated, but this build does not act on "
-                               "it yet", var.name)
 
     # --- the original module shows through -------------------------------------------------
     @property
@@ -530,7 +524,9 @@ class ORTModule(torch.nn.Module):
         engine's per-input-shape cache instead (a steady step runs none; -1 before the first),
         `host_transfers` — the engine's ToHost nodes
         (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
-        and `cuda_graph_replays`, and `fallback`: None, or why the module runs in eager PyTorch
+        and `cuda_graph_replays`, `label_sparsity` — whether the last engine computes its loss
+        over the valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER; its row count is one host
+        read per forward), and `fallback`: None, or why the module runs in eager PyTorch
         and, under partial acceleration, which of its submodules run in the engine
         (ORTModule.fallback)."""
         engine = self._last_engine
@@ -549,6 +545,7 @@ class ORTModule(torch.nn.Module):
                                                          "to_device_forward", "to_device_backward")},
             "cuda_graph_captures": graphs["captures"],
             "cuda_graph_replays": graphs["replays"],
+            "label_sparsity": "label_sparsity" in st.get("passes_changed", ()),
             "fallback": self.fallback,
         }
 

@@ -213,10 +213,23 @@ class GraphRunner:
             self._shared.store(self._shared_key, self.export, ops)
         self.export.stored = True
 
+    def _label_sparsity(self) -> bool:
+        """Whether the loss runs over valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER): never
+        under CUDA graphs (the row count is data), on CUDA only when asked (a host wait per step)."""
+        st = self._settings
+        if not st.compute_optimizer or st.sparse_optimizer is False:
+            return False
+        on_cuda = any(p.is_cuda for p in self.params)
+        if on_cuda and st.use_cuda_graph:
+            return False
+        return st.sparse_optimizer is True or not on_cuda
+
     def _disabled_passes(self) -> list[str]:
         disabled = set(self._settings.disabled_passes)
         if not self._settings.efficient_attention:
             disabled.add("attention_fusion")
+        if not self._label_sparsity():
+            disabled.add("label_sparsity")
         known = set(_load_extension().pass_names())
         return sorted(disabled & known)
 

@@ -59,6 +59,11 @@ def _bool(name: str, text: str) -> bool:
     raise _invalid(name, text, f"use one of {', '.join(_TRUE + _FALSE)}")
 
 
+def _auto_bool(name: str, text: str) -> bool | str:
+    """"auto" (the code decides), else a bool."""
+    return "auto" if text.strip().lower() == "auto" else _bool(name, text)
+
+
 def _opset(name: str, text: str) -> int:
     try:
         value = int(text)
@@ -220,7 +225,12 @@ VARIABLES: tuple[Variable, ...] = (
              "SKIP_CHECK_DISABLED: check parameter devices on every call and re-export on every "
              "attribute assignment (default: devices checked at export; unread attributes ignored)"),
     Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, _bool,
-             "compute-saving graph rewrites (validated; no such rewrite exists yet)"),
+             "compute-saving graph rewrites: 0 turns them all off (today: label sparsity)"),
+    Variable("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "sparse_optimizer", "auto|0|1", "auto", _auto_bool,
+             "label sparsity (the label_sparsity pass): a loss with an ignore_index over an LM head "
+             "runs the head, the loss and their gradients on the rows whose label counts; auto: on "
+             "CPU only (on CUDA the row count is a host wait each step, and a CUDA-graph capture "
+             "cannot hold it); 1 also on CUDA without CUDA graphs"),
     Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", True, _bool,
              "fuse attention subgraphs into PyTorch's fused attention kernels (the attention_fusion "
              "pass; on by default here, unlike ORT, since it is exact up to rounding; 0 turns it off)"),
@@ -260,9 +270,6 @@ ORT_ONLY: tuple[OrtOnly, ...] = (
             "ORT logs, every step, the share of label inputs not equal to the loss's ignore_index and "
             "of embedding ids not equal to padding_idx, to steer its sparsity rewrites; there are no "
             "such rewrites here, and a count every step would make each step wait on the device"),
-    OrtOnly("ORTMODULE_ENABLE_SPARSE_OPTIMIZER",
-            "ORT's label-sparsity rewrite (the loss computed only over labels other than "
-            "ignore_index) has no counterpart here"),
     OrtOnly("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER",
             "ORT's embedding-sparsity rewrite (padding ids removed before the embedding) has no "
             "counterpart here"),

@@ -27,6 +27,9 @@ std::vector<OpEntry> fused_ops() {
       {kOurDomain, "FusedElementwise", {.recomputable = true, .host_computable = true, .arity = OpArity{1, kVariadic, 1, 1}}},
       // arity: (A, B, [bias])
       {kOurDomain, "FusedMatMul", {.recomputable = true, .arity = OpArity{2, 3, 1, 1}}},
+      // (A, B, [bias], Full, rows): FusedMatMul(A, B, [bias]) read as rows of a product already
+      // computed (passes/label_sparsity.cc); its gradient is FusedMatMul's, none flows into Full.
+      {kOurDomain, "ProductRows", {.arity = OpArity{5, 5, 1, 1, 1u << 2}}},
       // arity: (X, Skip, Gamma, [Beta], [Bias]) -> (Y, Mean, InvStdDev, Sum)
       {kOurDomain, "SkipLayerNorm", {.recomputable = true, .arity = OpArity{3, 5, 4, 4}}},
       {kOurDomain, "BiasGeluGrad", {.arity = OpArity{2, 3, 1, 1}}},  // (dY, X, [b])
@@ -218,12 +221,14 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "BiasGeluGrad", like_input1);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "FusedElementwise", broadcast_inputs);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "FusedElementwiseGrad", like_forward_inputs);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "FusedMatMul", fused_matmul_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "ProductRows", fused_matmul_shape);  // A·B: its inputs 0-2
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SkipLayerNorm", skip_layer_norm_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SkipLayerNormGrad", declared_by_gradient_builder);
 
 REGISTER_GRADIENT_IN(kOurDomain, "BiasGelu", bias_gelu_grad, {});
 REGISTER_GRADIENT_IN(kOurDomain, "FusedElementwise", fused_elementwise_grad, {});
 REGISTER_GRADIENT_IN(kOurDomain, "FusedMatMul", fused_matmul_grad, {});
+REGISTER_GRADIENT_IN(kOurDomain, "ProductRows", fused_matmul_grad, {3, 4});
 REGISTER_GRADIENT_IN(kOurDomain, "SkipLayerNorm", skip_layer_norm_grad, {});
 
 }  // namespace torch_ort

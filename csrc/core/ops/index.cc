@@ -1,5 +1,5 @@
 // The index family: Gather, GatherElements, GatherND, Scatter*, NonZero, OneHot, and our
-// gradients of the gathers. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
+// gradients of the gathers and LabelRows. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
 // One home per op: its traits line (index_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"
@@ -13,6 +13,8 @@ std::vector<OpEntry> index_ops() {
   return {
       {"", "Gather", {.recomputable = true, .host_computable = true}},
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
+      // (labels) -> the positions whose label is not ignore_index (passes/label_sparsity.cc)
+      {kOurDomain, "LabelRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{1, 1, 1, 1}}},
       // arity: (dY, shape(X), indices)
       {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
       {kOurDomain, "GatherGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
@@ -72,6 +74,9 @@ void nonzero_shape(ShapeCtx& c) {
   c.set(0, Shape::of({r >= 0 ? Dim::known(r) : Dim{}, Dim{}}));
 }
 
+// LabelRows(labels; ignore_index) -> (number of labels that are not ignore_index): data-dependent.
+void label_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim{}})); }
+
 // OneHot(indices, depth, values; axis = -1): indices' shape with `depth` inserted at axis.
 void one_hot_shape(ShapeCtx& c) {
   Shape x = c.in(0);
@@ -110,6 +115,7 @@ REGISTER_SHAPE_RULE("ScatterElements", same_as_input0);
 REGISTER_SHAPE_RULE("ScatterND", same_as_input0);
 REGISTER_SHAPE_RULE("NonZero", nonzero_shape);
 REGISTER_SHAPE_RULE("OneHot", one_hot_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "LabelRows", label_rows_shape);
 REGISTER_SHAPE_RULE("GatherND", gather_nd_shape);
 // Declared by the gradient builder: (dY, shape_of(X), indices) -> X's shape.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherGrad", declared_by_gradient_builder);

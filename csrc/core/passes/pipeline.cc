@@ -30,6 +30,9 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   p.push_back(make_matmul_bias_fusion_pass());
   // transpose_matmul_fusion after every pass that creates or rewrites GEMMs.
   p.push_back(make_transpose_matmul_fusion_pass());
+  // label_sparsity after the GEMM passes (it matches the head as FusedMatMul with transB) and
+  // before elementwise_chain_fusion, which could swallow the logits' Cast.
+  p.push_back(make_label_sparsity_pass());
   // elementwise_chain_fusion last among fusions: it takes only what no specific fusion claimed.
   p.push_back(make_elementwise_chain_fusion_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the

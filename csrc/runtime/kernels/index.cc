@@ -10,6 +10,8 @@
 #include <ATen/ops/index_add.h>
 #include <ATen/ops/index_put.h>
 #include <ATen/ops/lt.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/scatter_add.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -123,9 +125,21 @@ void gather_grad_kernel(KernelCtx& c) {
   c.set_output(0, at::index_add(z, 1, idx, dy.reshape({outer, idx.numel(), inner})).reshape(shape));
 }
 
+// LabelRows(labels; ignore_index) -> the positions of the labels that are not ignore_index, in
+// order. How many there are is data: the host waits for it (a counted host read).
+void label_rows_kernel(KernelCtx& c) {
+  const at::Tensor& labels = c.input(0);
+  if (labels.dim() != 1 || at::isFloatingType(labels.scalar_type()))
+    c.fail("labels must be a 1-D integer tensor, got " + std::string(c10::toString(labels.scalar_type())) + " " +
+           c10::str(labels.sizes()));
+  HostReadScope::add();  // counted on every device, as every host read is (kernel.h)
+  c.set_output(0, at::nonzero(labels.ne(c.attrs.get_int("ignore_index", -100))).view({-1}));
+}
+
 }  // namespace
 
 REGISTER_KERNEL("GatherElements", gather_elements_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "LabelRows", label_rows_kernel);
 REGISTER_KERNEL("GatherND", gather_nd_kernel);
 REGISTER_KERNEL_IN(kOurDomain, "GatherGrad", gather_grad_kernel);
 REGISTER_KERNEL_IN(kOurDomain, "GatherElementsGrad", gather_elements_grad_kernel);

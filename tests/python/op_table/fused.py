@@ -123,6 +123,9 @@ _C64 = [f(2, 5, 64), f(2, 5, 64), f(64), f(64), f(64)]
 
 
 CASES = [
+    # --- ProductRows(A, B, [bias], Full, rows) = the rows of Full (A·B computed already) A holds
+    Case("ProductRows", [f(2, 4), f(6, 4), None, f(1, 3, 6), torch.tensor([2, 0])],
+         lambda a, b, full, rows: full.reshape(-1, 6)[rows], attrs=dict(transB=1), domain=OURS),
     # --- BiasGelu(X, [bias]) = gelu(X + bias): the AVX-512 loop (fp32) or the ATen reference (fp64, or
     # no AVX-512) against unfused eager gelu(x + b). Inputs stay within |x| < ~5, where ATen's fp32
     # GELU is itself within the table's tolerance of the exact value; the loop's accuracy over

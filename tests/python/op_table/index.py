@@ -32,6 +32,11 @@ CASES = [
          attrs=dict(batch_dims=1), id="GatherND-batch-dims1"),
     Case("GatherND", [i64(4, 5, 6, 7).reshape(2, 2), t([[1, 0], [0, -1]])], lambda d, i: d[i[:, 0], i[:, 1] % 2],
          id="GatherND-int64"),
+    # --- LabelRows(labels; ignore_index): the positions of the labels that count (label_sparsity)
+    Case("LabelRows", [t([3, -100, 5, -100, 0, 7])], lambda y: torch.nonzero(y != -100).view(-1),
+         attrs=dict(ignore_index=-100), domain=OURS),
+    Case("LabelRows", [t([-1, -1, -1])], lambda y: torch.nonzero(y != -1).view(-1),
+         attrs=dict(ignore_index=-1), domain=OURS, id="LabelRows-none-counts"),
     # --- our domain: gradient ops emitted by the rules above
     Case("GatherGrad", [f(4, 3), i64(5, 3), i64(1, -1, 1, 0)],
          lambda dy, s, i: torch.zeros(5, 3).index_add(0, i % 5, dy), domain=OURS),
