@@ -189,7 +189,7 @@ def main() -> int:
             result = json.load(f)
     else:
         result = dict(case=case, steps=args.steps, warmup=args.warmup, date=time.strftime("%Y-%m-%d"),
-                      machine="", cpu=cpu_model(), variants={})
+                      machine=machine(), cpu=cpu_model(), variants={})
         for v in args.variants.split(","):
             r = run_watched(os.path.abspath(__file__), ["--child", case, v, "--steps", str(args.steps),
                                                         "--warmup", str(args.warmup)],
@@ -198,10 +198,6 @@ def main() -> int:
             result["label_density"] = r.get("label_density", result.get("label_density"))
             print(f"[sft] {v}: " + (r["error"] if "error" in r else
                                     f"{r['median_step_s']:.2f} s/step, own {r['step_own_mb']:.0f} MiB"), flush=True)
-        import subprocess
-        result["machine"] = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); "
-                                            "from common import machine; print(machine())" % HERE],
-                                           capture_output=True, text=True).stdout.strip()
     stem = "sft_small" if result["case"] == "llama_sft_small" else "sft"
     print("\n".join(write_results(result, args.out, stem, markdown, chart)))
     return 0
