@@ -193,7 +193,7 @@ TEST(OpTraits, FixedOutputDtypes) {
 TEST(OpTraits, GradientsThatNeedOptionalForwardOutputs) {
   EXPECT_EQ(ops_where([](const OpTraits& t) { return t.add_outputs_for_gradient != nullptr; }),
             both(onnx({"Dropout", "LayerNormalization", "MaxPool", "SoftmaxCrossEntropyLoss"}),
-                 ours({"CrossEntropyLoss"})));
+                 ours({"CrossEntropyLoss", "LinearCrossEntropy"})));
 }
 
 // An entry names an op the core knows (a shape rule or a gradient decision), which catches a

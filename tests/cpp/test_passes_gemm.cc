@@ -359,6 +359,86 @@ TEST(LabelSparsity, FewClassesOrNoIgnoreIndexStay) {
   EXPECT_EQ(count(no_ignore.g, "LabelRows"), 0);
 }
 
+// --- LinearCrossEntropy fusion: the head and its loss as one chunked op
+
+// head_graph's cast, made the mixed-precision form: a bfloat16 head whose logits go up to float.
+void make_bf16_head(Head& h) {
+  Graph& g = h.g;
+  for (ValueId v : {g.inputs[0], g.inputs[2], h.logits}) g.value(v).dtype = DType::kBFloat16;
+  for (Node& n : g.nodes) {
+    if (n.op_type == "Cast") n.attrs.set("to", int64_t{1});
+    if (n.op_type == "Cast" || n.op_type == "Reshape" || n.op_type == "SoftmaxCrossEntropyLoss")
+      g.value(n.outputs[0]).dtype = DType::kFloat;
+  }
+}
+
+TEST(LinearCrossEntropyFusion, TheGatheredHeadAndItsLossBecomeOneOp) {
+  for (bool cast : {false, true}) {
+    Head h = head_graph(2048, cast, /*logits_output=*/false);
+    if (cast) make_bf16_head(h);
+    run_twice(*make_label_sparsity_pass(), h.g);
+    auto pass = make_linear_cross_entropy_fusion_pass();
+    EXPECT_EQ(pass->name(), "linear_cross_entropy_fusion");
+    run_twice(*pass, h.g);
+    make_dce_pass()->run(h.g);
+    verify(h.g);
+    const GraphIndex idx(h.g);
+    const Node& fused = h.g.nodes[idx.producer[h.loss]];
+    ASSERT_EQ(fused.op_type, "LinearCrossEntropy");
+    EXPECT_EQ(h.g.nodes[idx.producer[fused.inputs[0]]].op_type, "Gather") << "the valid rows";
+    EXPECT_EQ(h.g.nodes[idx.producer[fused.inputs[3]]].op_type, "Gather") << "their labels";
+    EXPECT_EQ(fused.attrs.get_int("transB", 0), 1);
+    EXPECT_EQ(fused.inputs.size(), 4u) << "no product computed elsewhere";
+    EXPECT_EQ(count(h.g, "FusedMatMul") + count(h.g, "MatMul") + count(h.g, "Cast"), 0)
+        << "no GEMM over the vocabulary outside the op";
+    // Its gradients come out of forward; backward scales them, one Mul each.
+    TrainingGraph tg = build_training_graph(h.g, {false, false, true});
+    infer_shapes(tg.graph);
+    run_training_pipeline(tg, default_training_pipeline(), {});
+    verify(as_exportable_graph(tg));
+    const Node* f = find(tg.graph, "LinearCrossEntropy");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(f->outputs.size(), 4u);
+    EXPECT_EQ(f->outputs[1], kNoValue) << "X needs no gradient: dce drops it";
+    EXPECT_NE(f->outputs[2], kNoValue) << "dW";
+    for (size_t i = tg.num_forward_nodes; i < tg.graph.nodes.size(); ++i) {
+      const Node& n = tg.graph.nodes[i];
+      EXPECT_TRUE(n.op_type != "FusedMatMul" && n.op_type != "Gemm" && n.op_type != "MatMul") << n.describe();
+    }
+  }
+}
+
+TEST(LinearCrossEntropyFusion, ReturnedLogitsAreReadRowByRow) {
+  Head h = head_graph(2048, false, /*logits_output=*/true);
+  run_twice(*make_label_sparsity_pass(), h.g);
+  run_twice(*make_linear_cross_entropy_fusion_pass(), h.g);
+  make_dce_pass()->run(h.g);
+  verify(h.g);
+  const Node* f = find(h.g, "LinearCrossEntropy");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->inputs.size(), 6u);
+  EXPECT_EQ(f->inputs[4], h.logits);
+  EXPECT_EQ(h.g.nodes[GraphIndex(h.g).producer[f->inputs[5]]].op_type, "LabelRows");
+  EXPECT_EQ(count(h.g, "ProductRows"), 0);
+  EXPECT_EQ(count(h.g, "FusedMatMul"), 1) << "one GEMM: the logits";
+  // Without label sparsity the product is read in order: no row index.
+  Head dense = head_graph(2048, false, /*logits_output=*/true);
+  run_twice(*make_linear_cross_entropy_fusion_pass(), dense.g);
+  make_dce_pass()->run(dense.g);
+  const Node* d = find(dense.g, "LinearCrossEntropy");
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->inputs.size(), 5u);
+  EXPECT_EQ(d->inputs[4], dense.logits);
+}
+
+TEST(LinearCrossEntropyFusion, FewClassesOrScoresNotInFloatStay) {
+  Head small = head_graph(64, false, false);
+  run_twice(*make_linear_cross_entropy_fusion_pass(), small.g, /*changes=*/false);
+  // Scores in double: the op's float arithmetic would round differently from the loss's.
+  Head f64 = head_graph(2048, /*cast=*/true, false);
+  run_twice(*make_linear_cross_entropy_fusion_pass(), f64.g, /*changes=*/false);
+}
+
 // --- FusedMatMul: shape rule and gradient structure
 
 TEST(FusedMatMul, ShapeRuleAndGradientAreFlagAwareGemms) {

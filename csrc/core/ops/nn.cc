@@ -1,6 +1,7 @@
 // The nn family: layer normalisation (and LpNormalization, MeanVarianceNormalization), the
 // losses the exporter emits for F.cross_entropy (SoftmaxCrossEntropyLoss, ours CrossEntropyLoss
-// when label smoothing is on) and F.nll_loss, our Embedding, and our gradients of them.
+// when label smoothing is on) and F.nll_loss, our LinearCrossEntropy (an LM head fused with its
+// loss), our Embedding, and our gradients of them.
 // Kernels: csrc/runtime/kernels/nn*.cc.
 // One home per op: its traits line (nn_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
@@ -40,6 +41,18 @@ void add_log_prob(Graph& g, Node& n) {
   n.outputs[1] = lp;
 }
 
+// LinearCrossEntropy: its gradients are computed in forward, chunk by chunk, as outputs 1-3 (dX,
+// dW, dbias of the loss itself); backward scales them. Output k + 1 is shaped and typed as input k.
+void add_unit_gradients(Graph& g, Node& n) {
+  n.outputs.resize(4, kNoValue);
+  const std::string base = g.value(n.outputs[0]).name;
+  for (int i = 0; i < 3; ++i) {
+    if (n.outputs[i + 1] != kNoValue || i >= static_cast<int>(n.inputs.size()) || n.inputs[i] == kNoValue) continue;
+    const Value in = g.value(n.inputs[i]);
+    n.outputs[i + 1] = g.new_value(base + (i == 0 ? "/dX" : i == 1 ? "/dW" : "/dbias"), in.dtype, in.shape);
+  }
+}
+
 }  // namespace
 
 std::vector<OpEntry> nn_ops() {
@@ -55,6 +68,10 @@ std::vector<OpEntry> nn_ops() {
       {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(W)
       {kOurDomain, "CrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
       {kOurDomain, "Embedding", {.arity = OpArity{2, 2, 1, 1}}},  // (weight, indices)
+      // (X (N, H), W, [bias], labels (N), [Full], [rows]) -> (loss, [dX], [dW], [dbias]): the LM head
+      // and its loss in chunks of rows (passes/linear_cross_entropy_fusion.cc). Its gradients
+      // are made in forward (add_unit_gradients); an unread one is dropped (dce).
+      {kOurDomain, "LinearCrossEntropy", {.add_outputs_for_gradient = add_unit_gradients, .arity = OpArity{4, 6, 1, 4, slots({2}), slots({1, 2, 3})}}},
       {kOurDomain, "LayerNormalizationGrad", {.arity = OpArity{5, 5, 1, 1}}},  // (dY, X, Scale, Mean, InvStdDev)
       {kOurDomain, "LayerNormalizationScaleGrad", {.arity = OpArity{5, 5, 1, 1}}},
       {kOurDomain, "NegativeLogLikelihoodLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, input, labels, [weights])
@@ -130,6 +147,13 @@ void loss_shape(ShapeCtx& c) {
     c.set(0, per_item);
   }
   c.set(1, c.in(0));
+}
+
+// LinearCrossEntropy(X, W, [bias], labels, ...) -> (loss [] (mean or sum), dX, dW, dbias like X, W, bias)
+void linear_cross_entropy_shape(ShapeCtx& c) {
+  c.set(0, Shape::of({}));
+  for (int i = 0; i < 3; ++i)
+    if (c.has_in(i) && i + 1 < c.num_outputs()) c.set(i + 1, c.in(i));
 }
 
 // Our Embedding(weight (V, D...), indices) -> indices' shape + D...
@@ -209,6 +233,24 @@ void layer_norm_grad(GradCtx& g) {
   g.set_grad(0, dx);
 }
 
+// LinearCrossEntropy: forward made the loss's own gradients (d loss = 1) as outputs 1-3; each
+// needed one is scaled by the incoming gradient (a scalar: the loss is a mean or a sum).
+void linear_cross_entropy_grad(GradCtx& g) {
+  const ValueId dloss = g.grad_out(0);
+  for (int i = 0; i < 3; ++i) {
+    if (!g.has_in(i) || !g.needs(i)) continue;
+    const ValueId unit = g.out(i + 1);
+    const DType dt = g.info(unit).dtype;
+    ValueId s = dloss;
+    if (g.info(dloss).dtype != dt) {
+      Attributes to;
+      to.set("to", static_cast<int64_t>(dt));
+      s = g.op("Cast", {dloss}, std::move(to), dt, g.info(dloss).shape);
+    }
+    g.set_grad(i, g.op("Mul", {unit, s}, {}, dt, g.info(unit).shape));
+  }
+}
+
 // Ours Embedding(weight, indices; padding_idx): dWeight is dense, dY rows summed per index, zero
 // at padding_idx. Only the weight's shape is kept for backward, not the weight.
 void embedding_grad(GradCtx& g) {
@@ -229,6 +271,7 @@ REGISTER_SHAPE_RULE("NegativeLogLikelihoodLoss", loss_shape);
 // Ours: CrossEntropyLoss (label smoothing) has SoftmaxCrossEntropyLoss's inputs and outputs.
 REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLoss", loss_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "Embedding", embedding_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "LinearCrossEntropy", linear_cross_entropy_shape);
 // (dLoss, log_prob, labels, weights?) -> d scores, the shape of log_prob
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SoftmaxCrossEntropyLossGrad", same_as_input1);
 // (dLoss, input, labels, weights?) -> d input
@@ -244,5 +287,6 @@ REGISTER_GRADIENT("SoftmaxCrossEntropyLoss", softmax_cross_entropy_grad, {1, 2})
 REGISTER_GRADIENT("NegativeLogLikelihoodLoss", nll_loss_grad, {1, 2});
 REGISTER_GRADIENT_IN(kOurDomain, "CrossEntropyLoss", softmax_cross_entropy_grad, {1, 2});
 REGISTER_GRADIENT_IN(kOurDomain, "Embedding", embedding_grad, {1});
+REGISTER_GRADIENT_IN(kOurDomain, "LinearCrossEntropy", linear_cross_entropy_grad, {3, 4, 5});
 
 }  // namespace torch_ort

@@ -20,15 +20,8 @@ using pattern::constant_of;
 using pattern::is_onnx;
 using pattern::producer;
 
-// The value of a float scalar constant (one element); nullopt otherwise.
 std::optional<double> scalar_const(const Graph& g, const GraphIndex& idx, ValueId v) {
-  std::optional<TensorData> t = constant_of(g, idx, v);
-  if (!t || t->numel() != 1 || !is_floating(t->dtype)) return std::nullopt;
-  try {
-    return t->as_doubles().at(0);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  return pattern::scalar_float(g, idx, v);
 }
 
 bool near(double a, double b) { return std::abs(a - b) <= 1e-5 * std::abs(b); }

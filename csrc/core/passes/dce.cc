@@ -1,7 +1,10 @@
 // Dead-code elimination: drops nodes none of whose outputs reach a graph output, and constants
-// nothing reads. Graph inputs are never removed (they are bound by position).
+// nothing reads. Graph inputs are never removed (they are bound by position). An output that an
+// op of ours declares optional (OpArity::optional_outputs) and nothing reads becomes absent, so
+// its kernel does not compute it (LinearCrossEntropy's gradient of a frozen weight).
 #include <vector>
 
+#include "csrc/core/ops/op_traits.h"
 #include "csrc/core/passes/pass.h"
 
 namespace torch_ort {
@@ -15,17 +18,24 @@ class DeadCodeElimination final : public Pass {
     std::vector<char> live(g.num_values(), 0);
     for (ValueId v : g.outputs) live[v] = 1;
     std::vector<char> keep(g.nodes.size(), 0);
+    bool changed = false;
     for (size_t i = g.nodes.size(); i-- > 0;) {
-      const Node& n = g.nodes[i];
+      Node& n = g.nodes[i];
       for (ValueId o : n.outputs) keep[i] |= o != kNoValue && live[o];
       if (!keep[i]) continue;
+      if (const auto& arity = op_traits(n).arity; arity && arity->optional_outputs)
+        for (size_t k = 0; k < n.outputs.size() && k < 32; ++k)
+          if ((arity->optional_outputs >> k & 1u) && n.outputs[k] != kNoValue && !live[n.outputs[k]]) {
+            n.outputs[k] = kNoValue;
+            changed = true;
+          }
       for (ValueId in : n.inputs)
         if (in != kNoValue) live[in] = 1;
     }
     std::vector<Node> kept;
     for (size_t i = 0; i < g.nodes.size(); ++i)
       if (keep[i]) kept.push_back(std::move(g.nodes[i]));
-    bool changed = kept.size() != g.nodes.size();
+    changed |= kept.size() != g.nodes.size();
     g.nodes = std::move(kept);
     for (auto it = g.initializers.begin(); it != g.initializers.end();) {
       if (live[it->first]) { ++it; continue; }

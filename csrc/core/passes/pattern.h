@@ -74,6 +74,17 @@ inline std::optional<TensorData> constant_of(const Graph& g, const GraphIndex& i
   }
 }
 
+// The value of a float scalar constant v (one element); nullopt otherwise.
+inline std::optional<double> scalar_float(const Graph& g, const GraphIndex& idx, ValueId v) {
+  std::optional<TensorData> t = constant_of(g, idx, v);
+  if (!t || t->numel() != 1 || !is_floating(t->dtype)) return std::nullopt;
+  try {
+    return t->as_doubles().at(0);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 // Integer values of a constant int32/int64 v; nullopt when v is no such constant.
 inline std::optional<std::vector<int64_t>> constant_ints(const Graph& g, const GraphIndex& idx, ValueId v) {
   std::optional<TensorData> t = constant_of(g, idx, v);

@@ -33,6 +33,9 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   // label_sparsity after the GEMM passes (it matches the head as FusedMatMul with transB) and
   // before elementwise_chain_fusion, which could swallow the logits' Cast.
   p.push_back(make_label_sparsity_pass());
+  // linear_cross_entropy_fusion after label_sparsity, whose gathered head and ProductRows it
+  // takes in, and before elementwise_chain_fusion for the same reason as label_sparsity.
+  p.push_back(make_linear_cross_entropy_fusion_pass());
   // elementwise_chain_fusion last among fusions: it takes only what no specific fusion claimed.
   p.push_back(make_elementwise_chain_fusion_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the

@@ -44,8 +44,32 @@ _, _mean, _rstd = ln_stats(_x, _w, None)
 
 _pad_ids = torch.tensor([[1, 3, 1], [0, 9, 3]])
 
+# LinearCrossEntropy: 7 rows of hidden 8 over 12 classes in chunks of 2 rows (chunk_bytes 2·12·4),
+# two labels ignored; the product-rows form reads rows 4, 0, 6 of a product computed already.
+_lx, _lw, _lb = f(7, 8), f(12, 8), f(12)
+_ly = torch.tensor([3, -100, 11, 0, -100, 7, 5])
+_lfull = (_lx @ _lw.T + _lb).reshape(1, 7, 12)
+_lrows = torch.tensor([4, 0, 6])
+
+
+
 
 CASES = [
+    # --- LinearCrossEntropy(X, W, [bias], labels, [Full], [rows]) = cross_entropy(X·Wᵀ + bias, labels)
+    Case("LinearCrossEntropy", [_lx, _lw, _lb, _ly],
+         lambda x, w, b, y: F.cross_entropy(F.linear(x, w, b), y, ignore_index=-100),
+         attrs=dict(transB=1, ignore_index=-100, chunk_bytes=2 * 12 * 4), domain=OURS),
+    Case("LinearCrossEntropy", [_lx, _lw.T.contiguous(), None, _ly],
+         lambda x, w, y: F.cross_entropy(x @ w, y, ignore_index=-100, label_smoothing=0.2, reduction="sum"),
+         attrs=dict(ignore_index=-100, label_smoothing=0.2, reduction="sum", chunk_bytes=3 * 12 * 4),
+         domain=OURS, id="LinearCrossEntropy-smoothing-sum"),
+    Case("LinearCrossEntropy", [_lx[[4, 0, 6]], _lw, _lb, torch.tensor([2, 3, 5]), _lfull, _lrows],
+         lambda x, w, b, y, full, rows: F.cross_entropy(F.linear(x, w, b), y),
+         attrs=dict(transB=1, chunk_bytes=2 * 12 * 4), domain=OURS, id="LinearCrossEntropy-product-rows"),
+    Case("LinearCrossEntropy", [_lx, _lw, None, _ly],
+         lambda x, w, y: F.cross_entropy(2.5 * torch.tanh(F.linear(x, w) / 2.5), y, ignore_index=-100),
+         attrs=dict(transB=1, ignore_index=-100, softcap=2.5, chunk_bytes=4 * 12 * 4), domain=OURS,
+         id="LinearCrossEntropy-softcap"),
     Case("SoftmaxCrossEntropyLoss", [f(6, 5), labels(6, classes=5)],
          lambda x, y: (F.cross_entropy(x, y), torch.log_softmax(x, 1)), n_out=2),
     Case("SoftmaxCrossEntropyLoss", [f(3, 4, 2, 2), labels(3, 2, 2, classes=4), pos(4)],

@@ -19,6 +19,8 @@
 namespace torch_ort::kernels::cpu {
 namespace {
 
+using optim::simd::exp16;
+
 constexpr float kSqrtHalf = 0.70710678118654752f;        // 1/√2
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;      // 1/√(2π)
 constexpr float kTanhBeta = 0.79788456080286536f;        // √(2/π)
@@ -26,25 +28,6 @@ constexpr float kTanhKappa = 0.044715f;
 
 // ---- AVX-512
 TORCH_ORT_AVX512 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
-
-// e^x: x = n·ln2 + r, |r| ≤ ln2/2, e^r by Taylor to r⁷ (error < 1e-8), 2^n by scalef (which
-// saturates to 0 / inf for huge |n|, so the clamp only keeps r finite).
-TORCH_ORT_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, splat(-150.0f)), splat(150.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, splat(1.428606765330187e-06f), r);
-  __m512 p = splat(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, splat(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, splat(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, splat(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, splat(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, splat(0.5f));
-  p = _mm512_fmadd_ps(p, r, splat(1.0f));
-  p = _mm512_fmadd_ps(p, r, splat(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // (1 + tanh u)/2 and 1 − tanh²u from e = exp(−2|u|) ≤ 1.
 TORCH_ORT_AVX512 inline void tanh_terms16(__m512 u, __m512* s, __m512* sech2) {

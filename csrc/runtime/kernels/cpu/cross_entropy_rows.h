@@ -1,0 +1,29 @@
+// The row loop of LinearCrossEntropy on the CPU (kernels/linear_cross_entropy.cc): per row of a
+// chunk of logits, its cross-entropy with label smoothing and, when asked, its gradient written
+// over the row. AVX-512 only (simd.h's use_avx512, which set_optim_cpu_path("portable") turns
+// off): it returns false without it, and the caller runs the same formulas as ATen ops.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_ort::kernels::cpu {
+
+struct CrossEntropyRows {
+  const int64_t* labels;  // one per row
+  int64_t ignore_index;   // rows with this label add nothing and get a zero gradient
+  bool has_ignore_index;
+  double smoothing;       // ε: the target is (1 − ε)·onehot + ε/V
+  float grad_scale;       // the gradient's factor (1/count for a mean, 1 for a sum); 0: no gradient
+};
+
+// logits: (rows, V), contiguous, float, bfloat16 or half. Writes each row's loss into
+// row_loss[rows] (0 where ignored), and with grad_scale != 0 the gradient
+// grad_scale·(softmax − (1 − ε)·onehot − ε/V) over the row, in the logits' dtype, rounded once.
+// A label outside [0, V) that is not ignored stops nothing: its row index goes to *bad_row
+// (the first such row) for the caller's error. False (nothing done) without AVX-512 or for
+// another dtype.
+bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss, int64_t* bad_row);
+
+}  // namespace torch_ort::kernels::cpu
