@@ -35,6 +35,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["num_constants"] = s.num_constants;
   d["saved_names"] = s.saved_names;
   d["passes_changed"] = s.passes_changed;
+  d["kernel_workspace_bytes"] = s.kernel_workspace_bytes;
   d["recompute_nodes"] = s.recompute_nodes;
   d["host_nodes"] = s.host_nodes;
   d["to_host_forward"] = s.to_host_forward;
@@ -196,12 +197,15 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Engine>(m, "Engine", "One exported graph compiled for one mode (training or not).")
       .def(py::init([](py::bytes onnx, bool training, std::vector<bool> input_requires_grad,
                        std::vector<std::string> disabled_passes, int memory_opt_level,
-                       std::vector<std::tuple<std::string, int, int64_t>> recompute) {
+                       std::vector<std::tuple<std::string, int, int64_t>> recompute,
+                       std::vector<int64_t> dropped_outputs, int64_t loss_chunk_bytes) {
              std::string bytes = onnx;
              EngineOptions options{training, std::move(input_requires_grad),
                                    std::move(disabled_passes), memory_opt_level};
              for (auto& [cluster, strategy, count] : recompute)
                options.recompute.push_back(RecomputeRequest{cluster, strategy, count});
+             options.dropped_outputs = std::move(dropped_outputs);
+             options.loss_chunk_bytes = loss_chunk_bytes;
              py::gil_scoped_release nogil;
              return std::make_unique<Engine>(bytes, std::move(options));
            }),
@@ -209,8 +213,11 @@ PYBIND11_MODULE(_C, m) {
            py::arg("disabled_passes") = std::vector<std::string>{},
            py::arg("memory_opt_level") = 0,
            py::arg("recompute") = std::vector<std::tuple<std::string, int, int64_t>>{},
+           py::arg("dropped_outputs") = std::vector<int64_t>{}, py::arg("loss_chunk_bytes") = 0,
            "recompute: ORTMODULE_MEMORY_OPT_CONFIG entries (cluster, strategy, count); an unknown "
-           "cluster raises ValueError listing the valid ones")
+           "cluster raises ValueError listing the valid ones. dropped_outputs: graph outputs not "
+           "computed (positions in the exported graph's outputs). loss_chunk_bytes: logits bytes per "
+           "chunk of the fused LM head and loss (0: its default)")
       .def_property_readonly("training", &Engine::training)
       .def_property_readonly("input_names", &Engine::input_names)
       .def_property_readonly("output_names", &Engine::output_names)
@@ -262,6 +269,8 @@ PYBIND11_MODULE(_C, m) {
       .def("training_graph_onnx",
            [](const Engine& e) { return py::bytes(e.training_graph_onnx()); })
       .def("stats", [](const Engine& e) { return stats_dict(e.stats()); })
+      .def_property_readonly("last_label_density", &Engine::last_label_density,
+           "share of labels counted by the last forward's label sparsity (-1: none ran)")
       .def_property_readonly("last_host_reads_forward", &Engine::last_host_reads_forward,
                              "device→host reads of the last forward call (-1: none yet); counted on "
                              "every device, on the CPU as if the values lived on a device")
@@ -328,7 +337,8 @@ PYBIND11_MODULE(_C, m) {
   optim::bind_multi_tensor(m, {&optim::adam_cpu_scalars, &optim::lamb_cpu_scalars, &optim::scale_cpu,
                                &optim::l2norm_cpu, &optim::scale_flag_cpu, &optim::l2norm_tensor_cpu});
   m.def("optim_cpu_path", &optim::cpu_path,
-        "'avx512' or 'portable': the path the CPU optimizer kernels take.");
+        "'avx512' or 'portable': the path the CPU optimizer kernels take (and the AVX-512 loops "
+        "of BiasGelu, FusedElementwise and LinearCrossEntropy's rows).");
   m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),
         "'auto' (AVX-512 when the processor has it), 'avx512' or 'portable' (tests run both).");
 

@@ -48,17 +48,51 @@ std::vector<bool> requires_grad(const Graph& g, const CompileOptions& options) {
   return options.input_requires_grad;
 }
 
+// Removes the outputs at `dropped` (positions in g.outputs), checked: in range, each once.
+void drop_outputs(Graph& g, std::vector<int64_t> dropped) {
+  if (dropped.empty()) return;
+  std::sort(dropped.begin(), dropped.end());
+  const int64_t n = static_cast<int64_t>(g.outputs.size());
+  for (size_t i = 0; i < dropped.size(); ++i)
+    if (dropped[i] < 0 || dropped[i] >= n || (i > 0 && dropped[i] == dropped[i - 1]))
+      throw std::invalid_argument("dropped_outputs: " + std::to_string(dropped[i]) +
+                                  " is not one of the graph's " + std::to_string(n) + " outputs, or is named twice");
+  for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) g.outputs.erase(g.outputs.begin() + *it);
+}
+
+// LinearCrossEntropy's chunk of logits, and its ATen row path's float copies of it (at most four
+// chunk-sized buffers at once), plus the float accumulator of dW when the weight is not float.
+int64_t kernel_workspace(const Graph& g) {
+  int64_t most = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "LinearCrossEntropy" || n.domain != kOurDomain) continue;
+    int64_t bytes = 4 * n.attrs.get_int("chunk_bytes", 0);
+    const Value& w = g.value(n.inputs[1]);
+    if (n.outputs.size() > 2 && n.outputs[2] != kNoValue && w.dtype != DType::kFloat) {
+      int64_t elems = 1;
+      for (const Dim& d : w.shape.dims) elems *= d.is_known() ? d.value : 0;
+      bytes += 4 * elems;
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 }  // namespace
 
 Compiled compile(std::string_view onnx_bytes, const CompileOptions& options) {
   const PipelineOptions po = pipeline_options(options);  // bad options fail before any work
   Compiled c;
   Graph g = import_onnx(onnx_bytes);
+  drop_outputs(g, options.dropped_outputs);
   topological_sort(g);
   infer_missing_dtypes(g);  // the exporter leaves some value_info out (Constant outputs)
   verify(g);
   infer_shapes(g);  // before passes and autodiff: both read shapes (rank, provable equality)
   c.passes_changed = run_pipeline(g, default_forward_pipeline(), po);
+  if (options.loss_chunk_bytes > 0)
+    for (Node& n : g.nodes)
+      if (n.op_type == "LinearCrossEntropy" && n.domain == kOurDomain) n.attrs.set("chunk_bytes", options.loss_chunk_bytes);
   c.forward = std::move(g);
 
   if (!options.training) {
@@ -80,6 +114,7 @@ Compiled compile(std::string_view onnx_bytes, const CompileOptions& options) {
     c.plan.placement = std::move(placement);
   }
   c.timeline = memory_timeline(c.executed(), c.plan, c.training ? &*c.training : nullptr);
+  c.kernel_workspace_bytes = kernel_workspace(c.executed());
   return c;
 }
 

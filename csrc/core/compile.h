@@ -26,6 +26,12 @@ struct CompileOptions {
   std::vector<RecomputeRequest> recompute;   // ORTMODULE_MEMORY_OPT_CONFIG
   bool every_float_input_requires_grad = false;  // training: instead of input_requires_grad
   bool verify_after_each_pass = false;       // tests and the fuzzer: verify() after every pass
+  // Graph outputs (indices into the imported graph's outputs) nobody will read: removed before
+  // any pass, so the work only they needed goes (ORTMODULE_SKIP_LOGITS: the logits beside a loss).
+  std::vector<int64_t> dropped_outputs;
+  // Logits bytes per chunk of every LinearCrossEntropy (the LM head with its loss); 0: the pass's
+  // default. ORTMODULE_MEMORY_BUDGET's planner picks it.
+  int64_t loss_chunk_bytes = 0;
 };
 
 struct Compiled {
@@ -35,6 +41,9 @@ struct Compiled {
   Plan plan;                             // of the executed graph, placement included
   MemoryTimeline timeline;               // the static memory estimate of plan
   std::vector<std::string> passes_changed;  // passes that changed a graph ("training:" after autodiff)
+  // Bytes kernels allocate for themselves beyond the plan's values, at most, at one step (the
+  // chunks of LinearCrossEntropy); the memory timeline does not hold them.
+  int64_t kernel_workspace_bytes = 0;
 
   // The graph the plan's steps index: the training graph when there is one, else the forward.
   const Graph& executed() const { return training ? training->graph : forward; }

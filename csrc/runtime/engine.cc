@@ -31,6 +31,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   plan_ = std::move(c.plan);
   timeline_ = std::move(c.timeline);
   stats_.passes_changed = std::move(c.passes_changed);
+  stats_.kernel_workspace_bytes = c.kernel_workspace_bytes;
   stats_.recompute_nodes = recompute_.nodes_cloned;
   const Graph& eg = exec_graph();
   for (ValueId v : eg.inputs)
@@ -162,11 +163,14 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
     else host.record = std::make_unique<HostValues>(stats_.host_cacheable_forward);
   }
   int64_t host_reads = 0;
+  LabelCount labels;
   {
     HostReadScope reads(&host_reads);
+    LabelCountScope counted(&labels);
     run_steps(forward_steps_, slots, device, live ? &*live : nullptr, &host);
   }
   last_host_reads_forward_ = host_reads;
+  last_label_density_ = labels.total > 0 ? static_cast<double>(labels.valid) / labels.total : -1.0;
   last_host_steps_forward_ = host.ran;
   last_host_steps_cached_forward_ = host.skipped;
   if (host.record) entry = host_cache_.insert(std::move(key), std::move(*host.record));

@@ -92,6 +92,7 @@ struct EngineStats {
   int64_t num_constants = 0;          // initializers + hoisted Constant nodes
   std::vector<std::string> saved_names;
   std::vector<std::string> passes_changed;  // passes that changed a graph ("training:" after autodiff)
+  int64_t kernel_workspace_bytes = 0;       // beyond the plan (core::Compiled)
   int64_t recompute_nodes = 0;              // forward nodes cloned into backward (memory optimizer)
   // Placement (planner/placement.h): nodes computing on the host, and the crossings, per phase.
   int64_t host_nodes = 0;
@@ -169,6 +170,9 @@ class Engine {
   // counted on every device (HostReadScope). A well-placed model reads nothing.
   int64_t last_host_reads_forward() const { return last_host_reads_forward_; }
   int64_t last_host_reads_backward() const { return last_host_reads_backward_; }
+  // The share of labels that counted in the last forward's label sparsity (LabelRows); -1 when
+  // it had none.
+  double last_label_density() const { return last_label_density_; }
   // Host steps the last forward and the last finished backward ran, and those whose outputs came
   // from the host-value cache instead (host_cache.h); -1: none yet. A steady step runs none.
   int64_t last_host_steps_forward() const { return last_host_steps_forward_; }
@@ -219,6 +223,7 @@ class Engine {
 
   mutable std::atomic<int64_t> last_host_reads_forward_{-1};
   mutable std::atomic<int64_t> last_host_reads_backward_{-1};
+  mutable std::atomic<double> last_label_density_{-1.0};
   mutable std::atomic<int64_t> last_host_steps_forward_{-1}, last_host_steps_backward_{-1};
   mutable std::atomic<int64_t> last_host_steps_cached_forward_{-1};
   mutable std::atomic<int64_t> last_host_steps_cached_backward_{-1};

@@ -35,6 +35,24 @@ class HostReadScope {
   int64_t* prev_;
 };
 
+// The labels LabelRows saw in one forward (label sparsity): how many counted, of how many, into
+// the innermost open scope of this thread (the engine opens one per forward call). A host number
+// already, so counting costs no read.
+struct LabelCount {
+  int64_t valid = 0, total = 0;
+};
+class LabelCountScope {
+ public:
+  explicit LabelCountScope(LabelCount* sink);
+  ~LabelCountScope();
+  LabelCountScope(const LabelCountScope&) = delete;
+  LabelCountScope& operator=(const LabelCountScope&) = delete;
+  static void add(int64_t valid, int64_t total);  // into the open scope, if any
+
+ private:
+  LabelCount* prev_;
+};
+
 // While open on this thread, the runtime is being captured into a CUDA graph: device buffers a
 // step keeps across runs (ToDevice's uploads) and that the capture reads are kept for the
 // engine's lifetime, since a replay reads them without running the step again.

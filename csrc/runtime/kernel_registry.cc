@@ -27,6 +27,7 @@ const at::Tensor& KernelCtx::input(int i) const {
 
 namespace {
 thread_local int64_t* t_host_reads = nullptr;
+thread_local LabelCount* t_label_count = nullptr;
 thread_local bool t_capturing = false;
 }  // namespace
 
@@ -34,6 +35,14 @@ HostReadScope::HostReadScope(int64_t* sink) : prev_(t_host_reads) { t_host_reads
 HostReadScope::~HostReadScope() { t_host_reads = prev_; }
 void HostReadScope::add(int64_t n) {
   if (t_host_reads) *t_host_reads += n;
+}
+
+LabelCountScope::LabelCountScope(LabelCount* sink) : prev_(t_label_count) { t_label_count = sink; }
+LabelCountScope::~LabelCountScope() { t_label_count = prev_; }
+void LabelCountScope::add(int64_t valid, int64_t total) {
+  if (!t_label_count) return;
+  t_label_count->valid += valid;
+  t_label_count->total += total;
 }
 
 CaptureScope::CaptureScope() : prev_(t_capturing) { t_capturing = true; }

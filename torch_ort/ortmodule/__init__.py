@@ -14,10 +14,12 @@ from torch_ort.ortmodule.fallback_policy import (
 from torch_ort.ortmodule.debug_options import DebugOptions, LogLevel
 from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
+from torch_ort.ortmodule.runner import MemoryBudgetError
 
 __all__ = [
     "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "FallbackStatus",
     "ORTModuleFallbackWarning", "SubmoduleStatus", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
     "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
+    "MemoryBudgetError",
 ]

@@ -43,6 +43,24 @@ class ExportResult:
     #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
     shape_plan: str = "dynamic"       # SHAPE_PLANS entry the export succeeded with
 
+    def logits_output(self) -> int | None:
+        """The graph output holding the `logits` the module returns beside a computed `loss`
+        (a ModelOutput or dict with both keys, Hugging Face's causal LMs), else None."""
+        spec = self.out_spec
+        keys = spec.context if isinstance(spec.context, list) else None
+        if not keys or "loss" not in keys or "logits" not in keys:
+            return None
+        first = 0  # leaf index of each child's first leaf
+        where = {}
+        children = spec.children() if hasattr(spec, "children") else spec.children_specs
+        for key, child in zip(keys, children):
+            where[key] = (first, child.num_leaves == 1 and child.is_leaf())
+            first += child.num_leaves
+        (loss, loss_leaf), (logits, logits_leaf) = where["loss"], where["logits"]
+        if not (loss_leaf and logits_leaf) or loss in self.out_constants or logits in self.out_constants:
+            return None
+        return sum(1 for i in range(logits) if i not in self.out_constants)
+
     def rebuild_outputs(self, tensors) -> object:
         """The module's return value (ModelOutput, dict, tuple, ...) from the graph's outputs."""
         tensors = iter(tensors)

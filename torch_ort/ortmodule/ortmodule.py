@@ -85,6 +85,12 @@ def _keys_without_wrapper(_module, state_dict, prefix, *_):
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
+def _density(engine) -> float | None:
+    """The last forward's label density (Engine.last_label_density), None where none was seen."""
+    value = getattr(engine, "last_label_density", -1.0) if engine is not None else -1.0
+    return None if value < 0 else value
+
+
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -118,6 +124,7 @@ class ORTModule(torch.nn.Module):
         self.cache_hit_count = 0   # exports skipped because ORTMODULE_CACHE_DIR had the graph
         self._last_call = None     # inference_export.CallSchema of the last call (export_onnx)
         self._last_engine = None   # the engine of the last engine call (stats)
+        self._last_runner = None   # its GraphRunner (stats: the memory plan)
         self.register_load_state_dict_pre_hook(_keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
@@ -497,7 +504,7 @@ class ORTModule(torch.nn.Module):
 
     def _forward_engine(self, args, kwargs):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
-        self._last_engine = engine
+        self._last_engine, self._last_runner = engine, runner
         report = self._memory.hook(engine, runner, tensors, training)
         if report:
             report("pre-forward")
@@ -509,7 +516,8 @@ class ORTModule(torch.nn.Module):
                 outputs, _ = engine.forward([*tensors, *params])
         if report:
             report("post-forward")
-        outputs = runner.buffer_updates.apply(list(outputs))  # running stats -> the module's buffers
+        outputs = runner.restore_dropped(list(outputs), training)  # ORTMODULE_SKIP_LOGITS
+        outputs = runner.buffer_updates.apply(outputs)  # running stats -> the module's buffers
         return runner.export.rebuild_outputs(outputs)
 
     # --- what happened ---------------------------------------------------------------------------
@@ -526,7 +534,10 @@ class ORTModule(torch.nn.Module):
         (reads per step) and ToDevice nodes (cached uploads), per phase — `cuda_graph_captures`
         and `cuda_graph_replays`, `label_sparsity` — whether the last engine computes its loss
         over the valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER; its row count is one host
-        read per forward), and `fallback`: None, or why the module runs in eager PyTorch
+        read per forward), `label_density` — the share of labels that counted in the last
+        forward's label sparsity (None when it did not run), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
+        call's graph (runner.MemoryPlan: recompute level, LM-head chunk, predicted peak; None
+        without a budget), and `fallback`: None, or why the module runs in eager PyTorch
         and, under partial acceleration, which of its submodules run in the engine
         (ORTModule.fallback)."""
         engine = self._last_engine
@@ -546,6 +557,8 @@ class ORTModule(torch.nn.Module):
             "cuda_graph_captures": graphs["captures"],
             "cuda_graph_replays": graphs["replays"],
             "label_sparsity": "label_sparsity" in st.get("passes_changed", ()),
+            "label_density": _density(engine),
+            "memory_plan": self._last_runner.memory_plan if self._last_runner is not None else None,
             "fallback": self.fallback,
         }
 

@@ -3,6 +3,7 @@ training engine per set of requires-grad flags, and an inference engine."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -69,6 +70,38 @@ def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
     return _compat.slot_table(owner, name), name
 
 
+class MemoryBudgetError(ValueError):
+    """ORTMODULE_MEMORY_BUDGET is below what any plan needs for a step of these inputs."""
+
+
+# Logits bytes per chunk the budget planner tries for the fused LM head and loss, after its
+# default (LinearCrossEntropy: one chunk × V of logits at a time).
+_BUDGET_CHUNKS = (32 << 20, 8 << 20, 2 << 20)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 30 else f"{n / 2 ** 20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The plan ORTMODULE_MEMORY_BUDGET chose (ORTModule.stats()['memory_plan'])."""
+    budget: int          # bytes
+    predicted: int       # the step's predicted peak, kernel chunks included
+    memory_opt_level: int
+    loss_chunk_bytes: int  # 0: the fused LM head's default chunk
+    complete: bool       # False: some sizes are data (the valid-label rows), counted as 0
+
+    def plan_text(self) -> str:
+        chunk = "default" if self.loss_chunk_bytes == 0 else _gib(self.loss_chunk_bytes)
+        return f"recompute level {self.memory_opt_level}, LM-head chunks {chunk}"
+
+    def describe(self) -> str:
+        tail = "" if self.complete else " (sizes that are data, such as the valid-label rows, not counted)"
+        return (f"memory budget {_gib(self.budget)}: {self.plan_text()}; predicted step peak "
+                f"{_gib(self.predicted)}{tail}")
+
+
 class GraphRunner:
     """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
     per export, re-exports for the ATen fallback included; `on_cache_hit(n)` with 1 when the export
@@ -84,6 +117,7 @@ class GraphRunner:
         self._debug = debug
         self._settings = settings or Settings.from_env()
         self._schema = schema
+        self.memory_plan: MemoryPlan | None = None  # ORTMODULE_MEMORY_BUDGET's choice
         self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
         self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
         self._shared = shared
@@ -169,7 +203,8 @@ class GraphRunner:
             if engine is None:
                 n_inputs = len(tensors) + len(params)
                 try:
-                    engine = self._build(training, list(flags) if flags else [False] * n_inputs)
+                    sizes = [list(t.shape) for t in (*tensors, *params)]
+                    engine = self._build(training, list(flags) if flags else [False] * n_inputs, sizes)
                 except Exception as e:
                     if self.export.shared:  # a sibling's graph: this module exports its own
                         self._shared.drop(self._shared_key)
@@ -224,6 +259,20 @@ class GraphRunner:
             return False
         return st.sparse_optimizer is True or not on_cuda
 
+    def dropped_outputs(self, training: bool) -> list[int]:
+        """Graph outputs a training engine does not compute: under ORTMODULE_SKIP_LOGITS, the
+        `logits` a model returns beside a computed `loss` (each call then gets logits=None)."""
+        if not training or not self._settings.skip_logits:
+            return []
+        at = self.export.logits_output()
+        return [] if at is None else [at]
+
+    def restore_dropped(self, outputs: list, training: bool) -> list:
+        """The engine's outputs with None where dropped_outputs left one out."""
+        for at in self.dropped_outputs(training):
+            outputs.insert(at, None)
+        return outputs
+
     def _disabled_passes(self) -> list[str]:
         disabled = set(self._settings.disabled_passes)
         if not self._settings.efficient_attention:
@@ -232,6 +281,40 @@ class GraphRunner:
             disabled.add("label_sparsity")
         known = set(_load_extension().pass_names())
         return sorted(disabled & known)
+
+    def _within_budget(self, engine, compile_with, sizes):
+        """ORTMODULE_MEMORY_BUDGET: the cheapest plan whose predicted step peak (the memory
+        report's, plus the kernels' own chunks) fits, in order: as configured, 32 MiB chunks of
+        the fused LM head and loss, then recompute levels 1 and 2 (each with both), then smaller
+        chunks at the highest level. Raises MemoryBudgetError naming the smallest budget any plan
+        needs when none fits."""
+        budget, level0 = self._settings.memory_budget, self._settings.memory_opt_level
+        fused = engine.stats()["kernel_workspace_bytes"] > 0  # a LinearCrossEntropy to chunk
+        levels = sorted({level0, 1, 2} - set(range(level0)))
+        # Cheapest first: a 32 MiB chunk costs little (dW is re-read once per chunk), recompute
+        # costs a forward's worth per layer; the small chunks come last.
+        plans = [(level, chunk) for level in levels for chunk in (0, _BUDGET_CHUNKS[0])]
+        plans += [(levels[-1], chunk) for chunk in _BUDGET_CHUNKS[1:]]
+        if not fused:
+            plans = [(level, 0) for level in levels]
+        smallest = None
+        for level, chunk in plans:
+            if (level, chunk) != (level0, 0):
+                engine = compile_with(level, chunk)
+            predicted = engine.memory_report(sizes)["predicted"]
+            need = predicted["peak"] + engine.stats()["kernel_workspace_bytes"]
+            plan = MemoryPlan(budget, need, level, chunk, predicted["complete"])
+            if need <= budget:
+                LOGGER.info("%s", plan.describe())
+                self.memory_plan = plan
+                return engine
+            if smallest is None or need < smallest.predicted:
+                smallest = plan
+        raise MemoryBudgetError(
+            f"ORTMODULE_MEMORY_BUDGET={_gib(budget)}: no plan fits a step of inputs sized "
+            f"{sizes[:len(sizes) - len(self.params)]}; the smallest predicted "
+            f"step peak is {_gib(smallest.predicted)} ({smallest.plan_text()}): set a budget of at "
+            f"least {_gib(smallest.predicted)}, or smaller inputs")
 
     def _fewer_dynamic_dims(self, error: BaseException) -> str | None:
         """The next exporter.SHAPE_PLANS entry when shape inference proved the export's declared
@@ -243,19 +326,25 @@ class GraphRunner:
             return None
         return plans[at + 1]
 
-    def _build(self, training: bool, flags: list[bool]):
-        """The engine, or None when the ATen fallback took new ops (export again)."""
+    def _build(self, training: bool, flags: list[bool], sizes: list[list[int]] | None = None):
+        """The engine, or None when the ATen fallback took new ops (export again). `sizes`: the
+        call's input sizes, parameters included (ORTMODULE_MEMORY_BUDGET plans for them)."""
         _C = _load_extension()
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
         st = self._settings
         recompute = [(p.cluster, p.strategy, p.count) for p in st.memory_opt_config]
+
+        def compile_with(level: int, chunk_bytes: int):
+            return _C.Engine(self.export.onnx_bytes, training, flags, self._disabled_passes(),
+                             level if training else 0, recompute if training else [],
+                             self.dropped_outputs(training), chunk_bytes)
         try:
             # An unknown recompute cluster raises ValueError (listing the valid ids): a user error,
             # never a fallback.
-            engine = _C.Engine(self.export.onnx_bytes, training, flags, self._disabled_passes(),
-                               st.memory_opt_level if training else 0,
-                               recompute if training else [])
+            engine = compile_with(st.memory_opt_level, 0)
+            if training and st.memory_budget is not None and sizes is not None:
+                engine = self._within_budget(engine, compile_with, sizes)
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             if self._aten.add(ops_from_engine_error(self.export, e)):
                 return None

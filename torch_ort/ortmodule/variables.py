@@ -14,6 +14,7 @@ import difflib
 import enum
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -150,6 +151,19 @@ def _mebibytes(name: str, text: str) -> float:
     return value
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40,
+               "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
+
+
+def _bytes(name: str, text: str) -> int:
+    """A size: bytes, or a number with a unit (KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. 6GiB."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = _BYTE_UNITS.get(m.group(2).lower()) if m else None
+    if unit is None or float(m.group(1)) * unit < 1:
+        raise _invalid(name, text, "use a size such as 6GiB, 512MiB or 1073741824 (bytes)")
+    return int(float(m.group(1)) * unit)
+
+
 def _count(name: str, text: str) -> int:
     try:
         value = int(text)
@@ -214,6 +228,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), _plans,
              "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated, or a "
              "JSON file of such strings; cluster ids are listed by the memory report (INFO)"),
+    Variable("ORTMODULE_MEMORY_BUDGET", "memory_budget", "bytes (KiB/MiB/GiB)", None, _bytes,
+             "the memory a training step may take beyond the parameters and optimizer state (what "
+             "the memory report predicts: activations, saved values, outputs, gradients, and the "
+             "fused LM head's chunks); before the first step the planner takes the cheapest plan "
+             "whose predicted peak fits (32 MiB LM-head chunks, then recompute levels 1 and 2, then "
+             "smaller chunks) and logs it at INFO and in stats()['memory_plan']; when none fits, a MemoryBudgetError names the smallest budget that "
+             "would (ours, not ORT's)"),
     Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, _bool,
              "log measured memory (RSS, CUDA, the engine's activation bytes) before and after "
              "forward and backward"),
@@ -231,6 +252,11 @@ VARIABLES: tuple[Variable, ...] = (
              "runs the head, the loss and their gradients on the rows whose label counts; auto: on "
              "CPU only (on CUDA the row count is a host wait each step, and a CUDA-graph capture "
              "cannot hold it); 1 also on CUDA without CUDA graphs"),
+    Variable("ORTMODULE_SKIP_LOGITS", "skip_logits", "bool", False, _bool,
+             "in training, a model that returns its `logits` beside its `loss` (a ModelOutput or "
+             "dict, as Hugging Face causal LMs do) returns logits=None instead: the full B·T·vocab "
+             "product is never computed, only the loss's chunks of it (ours, not ORT's; Liger's "
+             "skip_logits)"),
     Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", True, _bool,
              "fuse attention subgraphs into PyTorch's fused attention kernels (the attention_fusion "
              "pass; on by default here, unlike ORT, since it is exact up to rounding; 0 turns it off)"),

@@ -133,7 +133,9 @@ void label_rows_kernel(KernelCtx& c) {
     c.fail("labels must be a 1-D integer tensor, got " + std::string(c10::toString(labels.scalar_type())) + " " +
            c10::str(labels.sizes()));
   HostReadScope::add();  // counted on every device, as every host read is (kernel.h)
-  c.set_output(0, at::nonzero(labels.ne(c.attrs.get_int("ignore_index", -100))).view({-1}));
+  at::Tensor rows = at::nonzero(labels.ne(c.attrs.get_int("ignore_index", -100))).view({-1});
+  LabelCountScope::add(rows.size(0), labels.numel());  // the size is on the host already
+  c.set_output(0, std::move(rows));
 }
 
 }  // namespace
