@@ -5,8 +5,11 @@ The case: a Llama-family model of `transformers` with random init, vocab 128,256
 hidden 512, 4 layers, B8 T512, right padding on 25 % of the positions and a prompt on 35 %, so
 40 % of the labels count; torch AdamW. Variants, each in its own process:
 - eager, torch.compile (default mode);
-- ORTModule (label sparsity on: the LM head, the loss and their gradients on the valid rows);
-- ORTModule with ORTMODULE_ENABLE_SPARSE_OPTIMIZER=0 (the same engine over every row).
+- ORTModule (the default: label sparsity and the fused, chunked LM head and loss; the logits are
+  returned, so the full product is computed once);
+- ORTModule with ORTMODULE_SKIP_LOGITS=1 (no logits returned: the head runs on the valid rows only);
+- ORTModule with ORTMODULE_ENABLE_SPARSE_OPTIMIZER=0 (the head's loss over every row);
+- ORTModule with the logits dropped under ORTMODULE_MEMORY_BUDGET=1.25GiB (BUDGET).
 Per variant: the first step timed alone, the median of --steps steps after --warmup, the last
 loss, the peak process RSS (the parent's watch over the whole process tree) and the step's own
 memory: the largest RSS seen during the timed steps (sampled every 5 ms) minus the RSS before
@@ -35,10 +38,15 @@ CASES = {
     "llama_sft_small": dict(vocab=32000, hidden=256, layers=2, heads=4, kv_heads=2, ffn=688, batch=4, seq=256),
 }
 PADDING, PROMPT = 0.25, 0.35  # shares of each sequence: right padding, then the prompt before the answer
-VARIANTS = ("eager", "compile", "ortmodule", "ortmodule_dense")
-LABELS = {"eager": "eager", "compile": "torch.compile", "ortmodule": "ORTModule (label sparsity)",
+VARIANTS = ("eager", "compile", "ortmodule", "ortmodule_skip_logits", "ortmodule_budget", "ortmodule_dense")
+BUDGET = "1.25GiB"  # under the default plan's predicted 1.61 GiB (logits dropped): a 32 MiB chunk fits
+LABELS = {"eager": "eager", "compile": "torch.compile", "ortmodule": "ORTModule (default: logits returned)",
+          "ortmodule_skip_logits": "ORTModule, logits dropped (ORTMODULE_SKIP_LOGITS=1)",
+          "ortmodule_budget": f"ORTModule, logits dropped, ORTMODULE_MEMORY_BUDGET={BUDGET}",
           "ortmodule_dense": "ORTModule, every row (ORTMODULE_ENABLE_SPARSE_OPTIMIZER=0)"}
-ENV = {"ortmodule_dense": {"ORTMODULE_ENABLE_SPARSE_OPTIMIZER": "0"}}
+ENV = {"ortmodule_dense": {"ORTMODULE_ENABLE_SPARSE_OPTIMIZER": "0"},
+       "ortmodule_skip_logits": {"ORTMODULE_SKIP_LOGITS": "1"},
+       "ortmodule_budget": {"ORTMODULE_SKIP_LOGITS": "1", "ORTMODULE_MEMORY_BUDGET": BUDGET}}
 
 
 def batch(case: dict, gen):
@@ -112,13 +120,17 @@ def child(case_name: str, variant: str, steps: int, warmup: int) -> None:
     print("RESULT " + json.dumps(dict(
         first_step_s=first, median_step_s=statistics.median(times), steps_s=times, last_loss=loss,
         base_rss_mb=base / 2**20, step_own_mb=(peak[0] - base) / 2**20, label_density=valid,
-        host_reads_forward=stats.get("host_reads_forward"))), flush=True)
+        host_reads_forward=stats.get("host_reads_forward"), engine_label_density=stats.get("label_density"),
+        memory_plan=str(stats["memory_plan"].plan_text()) if stats.get("memory_plan") else None,
+        predicted_peak_mb=stats["memory_plan"].predicted / 2**20 if stats.get("memory_plan") else None,
+        engine_peak_mb=model.memory_report().measured["peak"] / 2**20 if stats.get("memory_plan") else None)),
+        flush=True)
 
 
 def markdown(result: dict) -> list[str]:
     case = CASES[result["case"]]
     rows = result["variants"]
-    lines = [f"# SFT: loss over valid labels, {result['date']}", "",
+    lines = [f"# SFT: the LM head and its loss, {result['date']}", "",
              f"_{result['machine']}; {result['cpu']}_", "",
              f"Llama-family (`transformers`, random init): vocab {case['vocab']:,}, hidden {case['hidden']}, "
              f"{case['layers']} layers, B{case['batch']} T{case['seq']}; {PADDING:.0%} right padding, "
@@ -144,6 +156,10 @@ def markdown(result: dict) -> list[str]:
                      f"{r['peak_tree_rss_mb']:,.0f} MiB | {r['last_loss']:.5f} |")
     lines += ["", "Speed ratios: eager's (or torch.compile's) median ÷ the row's (> 1: the row is faster). "
               "Memory ratio: the row's own step memory ÷ eager's (< 1: the row holds less)."]
+    for name, r in rows.items():
+        if r.get("memory_plan"):
+            lines += ["", f"{LABELS.get(name, name)}: the planner chose {r['memory_plan']}, predicted step "
+                      f"peak {r['predicted_peak_mb']:,.0f} MiB; the engine measured {r['engine_peak_mb']:,.0f} MiB."]
     return lines
 
 
