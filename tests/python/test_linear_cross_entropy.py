@@ -83,7 +83,7 @@ def test_the_fused_head_reads_the_gathered_rows(tmp_path, monkeypatch):
     assert fused.input[1] == "lm_head.weight"
     assert [o != "" for o in fused.output] == [True, True, True, False]  # loss, dX, dW, no bias
     backward = [n for n in g.node if set(n.input) & (set(fused.output[1:]) - {""})]
-    assert {n.op_type for n in backward} == {"Mul"}
+    assert {n.op_type for n in backward} == {"LossGradientScale"}
 
 
 def _vocabulary_wide(g, vocab):

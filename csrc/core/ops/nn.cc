@@ -72,6 +72,7 @@ std::vector<OpEntry> nn_ops() {
       // and its loss in chunks of rows (passes/linear_cross_entropy_fusion.cc). Its gradients
       // are made in forward (add_unit_gradients); an unread one is dropped (dce).
       {kOurDomain, "LinearCrossEntropy", {.add_outputs_for_gradient = add_unit_gradients, .arity = OpArity{4, 6, 1, 4, slots({2}), slots({1, 2, 3})}}},
+      {kOurDomain, "LossGradientScale", {.arity = OpArity{2, 2, 1, 1}}},  // (unit gradient, dLoss)
       {kOurDomain, "LayerNormalizationGrad", {.arity = OpArity{5, 5, 1, 1}}},  // (dY, X, Scale, Mean, InvStdDev)
       {kOurDomain, "LayerNormalizationScaleGrad", {.arity = OpArity{5, 5, 1, 1}}},
       {kOurDomain, "NegativeLogLikelihoodLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, input, labels, [weights])
@@ -234,20 +235,13 @@ void layer_norm_grad(GradCtx& g) {
 }
 
 // LinearCrossEntropy: forward made the loss's own gradients (d loss = 1) as outputs 1-3; each
-// needed one is scaled by the incoming gradient (a scalar: the loss is a mean or a sum).
+// needed one is scaled by the incoming gradient (a scalar: the loss is a mean or a sum), in
+// LossGradientScale, which passes the gradient through when d loss is 1 on the host.
 void linear_cross_entropy_grad(GradCtx& g) {
-  const ValueId dloss = g.grad_out(0);
   for (int i = 0; i < 3; ++i) {
     if (!g.has_in(i) || !g.needs(i)) continue;
     const ValueId unit = g.out(i + 1);
-    const DType dt = g.info(unit).dtype;
-    ValueId s = dloss;
-    if (g.info(dloss).dtype != dt) {
-      Attributes to;
-      to.set("to", static_cast<int64_t>(dt));
-      s = g.op("Cast", {dloss}, std::move(to), dt, g.info(dloss).shape);
-    }
-    g.set_grad(i, g.op("Mul", {unit, s}, {}, dt, g.info(unit).shape));
+    g.set_grad(i, g.ours("LossGradientScale", {unit, g.grad_out(0)}, {}, g.info(unit).dtype, g.info(unit).shape));
   }
 }
 
@@ -272,6 +266,7 @@ REGISTER_SHAPE_RULE("NegativeLogLikelihoodLoss", loss_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "CrossEntropyLoss", loss_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "Embedding", embedding_shape);
 REGISTER_SHAPE_RULE_IN(kOurDomain, "LinearCrossEntropy", linear_cross_entropy_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "LossGradientScale", same_as_input0);
 // (dLoss, log_prob, labels, weights?) -> d scores, the shape of log_prob
 REGISTER_SHAPE_RULE_IN(kOurDomain, "SoftmaxCrossEntropyLossGrad", same_as_input1);
 // (dLoss, input, labels, weights?) -> d input

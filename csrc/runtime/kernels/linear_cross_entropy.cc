@@ -30,6 +30,7 @@
 #include <ATen/ops/logical_or.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
@@ -181,10 +182,12 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
   const float host_scale = cpu ? scale.item<float>() : 0.0f;
   const auto f32 = a.x.options().dtype(at::kFloat);
   at::Tensor dx = want_dx ? at::empty({n, h}, a.x.options()) : at::Tensor();
-  // dW and dbias add up over the chunks in float, whatever the weight's dtype.
-  at::Tensor dw = want_dw ? at::zeros({a.trans_b ? v : h, a.trans_b ? h : v},
+  // dW and dbias add up over the chunks in float, whatever the weight's dtype. dW's first chunk
+  // writes it (no zero fill of a vocabulary-sized buffer), unless there is no row at all.
+  at::Tensor dw = want_dw ? at::empty({a.trans_b ? v : h, a.trans_b ? h : v},
                                       a.x.scalar_type() == at::kFloat ? a.x.options() : f32)
                           : at::Tensor();
+  if (want_dw && n == 0) dw.zero_();
   at::Tensor db = want_db ? at::zeros({v}, f32) : at::Tensor();
   at::Tensor loss_sum = at::zeros({}, cpu ? f32.dtype(at::kDouble) : f32);
   std::vector<double> row_loss;
@@ -229,7 +232,9 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
     }
     if (want_dw) {
       const at::Tensor lhs = a.trans_b ? logits.t() : xc.t(), rhs = a.trans_b ? xc : logits;
-      if (dw.scalar_type() == logits.scalar_type()) dw.addmm_(lhs, rhs, 1.0, a.alpha);
+      const bool first = r0 == 0;  // beta 0: BLAS ignores what the buffer held
+      if (dw.scalar_type() == logits.scalar_type()) dw.addmm_(lhs, rhs, first ? 0.0 : 1.0, a.alpha);
+      else if (first) dw.copy_(at::mm(lhs, rhs)).mul_(a.alpha);
       else dw.add_(at::mm(lhs, rhs), a.alpha);
     }
     if (want_db) db.add_(logits.sum(0, false, at::kFloat));
@@ -242,8 +247,21 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
   if (want_db) c.set_output(3, db.to(a.bias.scalar_type()));
 }
 
+// LossGradientScale(unit, dLoss): unit · dLoss in unit's dtype, or unit itself (no copy of a
+// vocabulary-sized dW) when dLoss is exactly 1 and on the host, as loss.backward() makes it on the
+// CPU. On a device it always multiplies: reading dLoss there would be a host wait.
+void loss_gradient_scale_kernel(KernelCtx& c) {
+  const at::Tensor& unit = c.input(0);
+  const at::Tensor& dloss = c.input(1);
+  if (dloss.numel() != 1)
+    c.fail("the loss's gradient must be a scalar (the loss is a mean or a sum), got " + c10::str(dloss.sizes()));
+  if (dloss.is_cpu() && dloss.item<double>() == 1.0) return c.set_output(0, unit);
+  c.set_output(0, at::mul(unit, dloss.reshape({}).to(unit.scalar_type())));
+}
+
 }  // namespace
 
 REGISTER_KERNEL_IN(kOurDomain, "LinearCrossEntropy", linear_cross_entropy_kernel);
+REGISTER_KERNEL_IN(kOurDomain, "LossGradientScale", loss_gradient_scale_kernel);
 
 }  // namespace torch_ort::kernels

@@ -70,6 +70,10 @@ CASES = [
          lambda x, w, y: F.cross_entropy(2.5 * torch.tanh(F.linear(x, w) / 2.5), y, ignore_index=-100),
          attrs=dict(transB=1, ignore_index=-100, softcap=2.5, chunk_bytes=4 * 12 * 4), domain=OURS,
          id="LinearCrossEntropy-softcap"),
+    # --- LossGradientScale(unit, dLoss) = unit · dLoss (unit itself when dLoss is 1)
+    Case("LossGradientScale", [f(3, 5), torch.tensor(2.5)], lambda u, d: u * d, domain=OURS),
+    Case("LossGradientScale", [f(3, 5), torch.tensor(1.0)], lambda u, d: u, domain=OURS,
+         id="LossGradientScale-one"),
     Case("SoftmaxCrossEntropyLoss", [f(6, 5), labels(6, classes=5)],
          lambda x, y: (F.cross_entropy(x, y), torch.log_softmax(x, 1)), n_out=2),
     Case("SoftmaxCrossEntropyLoss", [f(3, 4, 2, 2), labels(3, 2, 2, classes=4), pos(4)],
