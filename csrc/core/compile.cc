@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "csrc/core/autodiff/gradient_builder.h"
+#include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/core/ir/type_inference.h"
 #include "csrc/core/ir/verifier.h"
@@ -66,12 +67,13 @@ int64_t kernel_workspace(const Graph& g) {
   int64_t most = 0;
   for (const Node& n : g.nodes) {
     if (n.op_type != "LinearCrossEntropy" || n.domain != kOurDomain) continue;
-    int64_t bytes = 4 * n.attrs.get_int("chunk_bytes", 0);
+    // Checked: a model file may hold any attribute or dim (limits.h).
+    int64_t bytes = checked_mul(4, std::max<int64_t>(0, n.attrs.get_int("chunk_bytes", 0)), "chunk bytes");
     const Value& w = g.value(n.inputs[1]);
     if (n.outputs.size() > 2 && n.outputs[2] != kNoValue && w.dtype != DType::kFloat) {
-      int64_t elems = 1;
-      for (const Dim& d : w.shape.dims) elems *= d.is_known() ? d.value : 0;
-      bytes += 4 * elems;
+      int64_t elems = 4;
+      for (const Dim& d : w.shape.dims) elems = checked_mul(elems, d.is_known() ? d.value : 0, "weight bytes");
+      bytes = checked_add(bytes, elems, "kernel workspace");
     }
     most = std::max(most, bytes);
   }

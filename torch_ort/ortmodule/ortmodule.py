@@ -225,8 +225,8 @@ class ORTModule(torch.nn.Module):
     # module copied as PyTorch copies it, the same settings, debug options, fallback state and
     # ATen-fallback ops; none of the engines, runners, memory measurements or locks (C++ objects
     # bound to this instance's parameters): it exports again on its first call, counters at 0.
-    _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_method_proxy",
-                   "_split", "_shared_exports")
+    _NOT_COPIED = ("_memory", "_plan_cache", "_aten_fallback", "forward", "_last_engine", "_last_runner",
+                   "_method_proxy", "_split", "_shared_exports")
     _EMPTIED = ("_changed",)  # copied as empty containers of their type
     _COUNTERS = ("export_count", "engine_build_count", "cache_hit_count")
 
@@ -257,6 +257,7 @@ class ORTModule(torch.nn.Module):
         self.__dict__["_memory"] = memory_monitor.MemoryMonitor(self._settings)
         self.__dict__["_split"] = None  # rebuilt around the copy's own submodules when it runs eager
         self.__dict__["_shared_exports"] = None
+        self.__dict__["_last_engine"] = self.__dict__["_last_runner"] = None  # stats(): nothing ran yet
         self.__dict__["_plan_cache"] = PlanCache(self._settings.max_cached_graphs, self._memory.forget)
         aten = AtenFallback(extra.get("aten_enabled", self._settings.aten_fallback))
         aten.add({op: why for op, why in ((resolve_aten(n.replace("::", ".")), why)
