@@ -43,9 +43,11 @@ class ExportResult:
     #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
     shape_plan: str = "dynamic"       # SHAPE_PLANS entry the export succeeded with
 
+    @functools.cached_property
     def logits_output(self) -> int | None:
         """The graph output holding the `logits` the module returns beside a computed `loss`
-        (a ModelOutput or dict with both keys, Hugging Face's causal LMs), else None."""
+        (a ModelOutput or dict with both keys, Hugging Face's causal LMs), else None. Worked out
+        once per export: every training call reads it (ORTMODULE_SKIP_LOGITS)."""
         spec = self.out_spec
         keys = spec.context if isinstance(spec.context, list) else None
         if not keys or "loss" not in keys or "logits" not in keys:

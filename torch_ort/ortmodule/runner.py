@@ -264,7 +264,7 @@ class GraphRunner:
         `logits` a model returns beside a computed `loss` (each call then gets logits=None)."""
         if not training or not self._settings.skip_logits:
             return []
-        at = self.export.logits_output()
+        at = self.export.logits_output
         return [] if at is None else [at]
 
     def restore_dropped(self, outputs: list, training: bool) -> list:

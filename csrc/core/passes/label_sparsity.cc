@@ -13,7 +13,7 @@
 // backward GEMMs still run on K rows; the gradient of the returned logits, absent when nobody
 // differentiates them, makes the full product's own GEMMs skip (kernels: absent gradients).
 // How many rows are valid is data (one host read per step). Fires only where the classes are many
-// (kMinClasses: an LM head), where the gathers' O(N·H) is nothing beside the head's O(N·H·V).
+// (kLmHeadMinClasses: an LM head), where the gathers' O(N·H) is nothing beside the head's O(N·H·V).
 #include <optional>
 
 #include "csrc/core/passes/pass.h"
@@ -23,8 +23,6 @@ namespace torch_ort {
 namespace {
 
 using namespace pattern;
-
-constexpr int64_t kMinClasses = 1024;
 
 struct Site {
   NodeId loss, product;
@@ -65,7 +63,7 @@ std::optional<Site> match(const Graph& g, const GraphIndex& idx, NodeId at) {
   const Shape& y = g.value(scores).shape;
   if (!y.rank_known || y.rank() < 2 || !y.dims.back().is_known()) return std::nullopt;
   s.classes = y.dims.back().value;
-  if (s.classes < kMinClasses) return std::nullopt;
+  if (s.classes < kLmHeadMinClasses) return std::nullopt;
   // The reshape flattens every leading dim: its target is (-1, V) or (N, V).
   const auto target = constant_ints(g, idx, reshape->inputs[1]);
   if (!target || target->size() != 2 || (*target)[1] != s.classes) return std::nullopt;

@@ -15,7 +15,7 @@
 // op too (its `softcap` attribute; a returned Full is then the capped logits).
 // Declines (the loss stays as it was): scores in another dtype than float (the loss would round
 // differently), class weights, reduction 'none', the log-probabilities read, few classes
-// (kMinClasses: not an LM head), and anything else between the product and the loss but a Cast
+// (kLmHeadMinClasses: not an LM head), and anything else between the product and the loss but a Cast
 // and the flattening Reshape (a slice of the logits).
 #include <cmath>
 #include <optional>
@@ -29,7 +29,6 @@ namespace {
 
 using namespace pattern;
 
-constexpr int64_t kMinClasses = 1024;
 // The logits of one chunk, in float: 128 MiB is 261 rows of a 128k vocabulary, GEMMs large
 // enough to run at full speed, and dW's accumulation re-read a few times per step at most.
 constexpr int64_t kChunkBytes = int64_t{128} << 20;
@@ -124,7 +123,7 @@ std::optional<Site> match(const Graph& g, const GraphIndex& idx, NodeId at) {
   if (dt != DType::kFloat && dt != DType::kBFloat16 && dt != DType::kFloat16) return std::nullopt;
   if (g.value(p->inputs[0]).dtype != dt || g.value(p->inputs[1]).dtype != dt) return std::nullopt;
   const Shape& y = g.value(scores).shape;
-  if (!y.rank_known || y.rank() < 2 || !y.dims.back().is_known() || y.dims.back().value < kMinClasses)
+  if (!y.rank_known || y.rank() < 2 || !y.dims.back().is_known() || y.dims.back().value < kLmHeadMinClasses)
     return std::nullopt;
   // A bias varying along the classes only ((V) or (1, V)), of the product's dtype.
   if (!matmul && has_input(*p, 2)) {

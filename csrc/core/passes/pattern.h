@@ -74,6 +74,10 @@ inline std::optional<TensorData> constant_of(const Graph& g, const GraphIndex& i
   }
 }
 
+// The fewest classes a product feeding a cross-entropy must have to be treated as an LM head
+// (label_sparsity, linear_cross_entropy_fusion): below it the head is cheap and left alone.
+inline constexpr int64_t kLmHeadMinClasses = 1024;
+
 // The value of a float scalar constant v (one element); nullopt otherwise.
 inline std::optional<double> scalar_float(const Graph& g, const GraphIndex& idx, ValueId v) {
   std::optional<TensorData> t = constant_of(g, idx, v);

@@ -210,10 +210,9 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
     bool done = false;
     if (cpu) {
       row_loss.assign(static_cast<size_t>(rows), 0.0);
-      int64_t bad = -1;
       const cpu::CrossEntropyRows args{labels.contiguous().data_ptr<int64_t>(), a.ignore_index, a.has_ignore,
                                        a.eps, grad ? host_scale : 0.0f};
-      done = cpu::cross_entropy_rows(logits, args, row_loss.data(), &bad);
+      done = cpu::cross_entropy_rows(logits, args, row_loss.data());
       if (done) {
         double s = 0;
         for (double l : row_loss) s += l;

@@ -6,7 +6,6 @@
 #include "csrc/runtime/kernels/cpu/cross_entropy_rows.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -74,7 +73,7 @@ TORCH_ORT_AVX512 double row(T* l, int64_t v, int64_t label, const CrossEntropyRo
 }
 
 template <typename T>
-void rows(T* data, int64_t n, int64_t v, const CrossEntropyRows& a, double* row_loss, std::atomic<int64_t>& bad) {
+void rows(T* data, int64_t n, int64_t v, const CrossEntropyRows& a, double* row_loss) {
   const bool grad = a.grad_scale != 0.0f;
   at::parallel_for(0, n, 1, [&](int64_t b, int64_t end) {
     thread_local std::vector<float> scratch;
@@ -88,8 +87,6 @@ void rows(T* data, int64_t n, int64_t v, const CrossEntropyRows& a, double* row_
         continue;
       }
       if (y < 0 || y >= v) {
-        int64_t expected = -1;
-        bad.compare_exchange_strong(expected, i);
         row_loss[i] = std::numeric_limits<double>::quiet_NaN();
         if (grad) std::fill(l, l + v, T(0));
         continue;
@@ -101,17 +98,15 @@ void rows(T* data, int64_t n, int64_t v, const CrossEntropyRows& a, double* row_
 
 }  // namespace
 
-bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss, int64_t* bad_row) {
+bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss) {
   if (!use_avx512() || logits.dim() != 2 || !logits.is_contiguous() || !logits.device().is_cpu()) return false;
   const int64_t n = logits.size(0), v = logits.size(1);
-  std::atomic<int64_t> bad{-1};
   switch (logits.scalar_type()) {
-    case at::kFloat: rows(logits.data_ptr<float>(), n, v, args, row_loss, bad); break;
-    case at::kBFloat16: rows(logits.data_ptr<c10::BFloat16>(), n, v, args, row_loss, bad); break;
-    case at::kHalf: rows(logits.data_ptr<c10::Half>(), n, v, args, row_loss, bad); break;
+    case at::kFloat: rows(logits.data_ptr<float>(), n, v, args, row_loss); break;
+    case at::kBFloat16: rows(logits.data_ptr<c10::BFloat16>(), n, v, args, row_loss); break;
+    case at::kHalf: rows(logits.data_ptr<c10::Half>(), n, v, args, row_loss); break;
     default: return false;
   }
-  *bad_row = bad.load();
   return true;
 }
 

@@ -21,9 +21,9 @@ struct CrossEntropyRows {
 // logits: (rows, V), contiguous, float, bfloat16 or half. Writes each row's loss into
 // row_loss[rows] (0 where ignored), and with grad_scale != 0 the gradient
 // grad_scale·(softmax − (1 − ε)·onehot − ε/V) over the row, in the logits' dtype, rounded once.
-// A label outside [0, V) that is not ignored stops nothing: its row index goes to *bad_row
-// (the first such row) for the caller's error. False (nothing done) without AVX-512 or for
-// another dtype.
-bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss, int64_t* bad_row);
+// The caller has checked the labels: one outside [0, V) gives its row a NaN loss and a zero
+// gradient, never a read out of the row. False (nothing done) without AVX-512 or for another
+// dtype.
+bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss);
 
 }  // namespace torch_ort::kernels::cpu
