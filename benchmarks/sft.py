@@ -17,6 +17,7 @@ them (the model, its AdamW state). Writes sft.{json,md,png} to --out (benchmarks
 
     .venv/bin/python benchmarks/sft.py [--steps 5 --warmup 2] [--variants eager,ortmodule]
     .venv/bin/python benchmarks/sft.py --small        # a quick case (vocab 32k, 2 layers, B4 T256)
+    .venv/bin/python benchmarks/sft.py --fused-adamw  # every variant with AdamW(fused=True): sft_fused_adamw.*
     .venv/bin/python benchmarks/sft.py --from-json benchmarks/results/sft.json  # re-render only
 """
 from __future__ import annotations
@@ -63,7 +64,7 @@ def batch(case: dict, gen):
     return ids, mask, labels
 
 
-def child(case_name: str, variant: str, steps: int, warmup: int) -> None:
+def child(case_name: str, variant: str, steps: int, warmup: int, fused: bool) -> None:
     import psutil
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -78,7 +79,7 @@ def child(case_name: str, variant: str, steps: int, warmup: int) -> None:
     elif variant.startswith("ortmodule"):
         from torch_ort import ORTModule
         model = ORTModule(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if fused else None)
     gen = torch.Generator().manual_seed(1)
     batches = [batch(case, gen) for _ in range(2)]
     proc = psutil.Process()
@@ -134,7 +135,8 @@ def markdown(result: dict) -> list[str]:
              f"_{result['machine']}; {result['cpu']}_", "",
              f"Llama-family (`transformers`, random init): vocab {case['vocab']:,}, hidden {case['hidden']}, "
              f"{case['layers']} layers, B{case['batch']} T{case['seq']}; {PADDING:.0%} right padding, "
-             f"{PROMPT:.0%} prompt: {result.get('label_density', 0):.0%} of labels counted; AdamW. "
+             f"{PROMPT:.0%} prompt: {result.get('label_density', 0):.0%} of labels counted; "
+             f"{'AdamW(fused=True)' if result.get('fused_adamw') else 'AdamW'}. "
              f"Each variant its own process; median of {result['steps']} steps after {result['warmup']}.", "",
              "| variant | first step | median step | vs eager | vs torch.compile | step's own memory | vs eager | "
              "peak RSS (process tree) | last loss |",
@@ -190,6 +192,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--small", action="store_true", help="the quick case")
+    parser.add_argument("--fused-adamw", action="store_true",
+                        help="every variant with torch's AdamW(fused=True) instead of its default for-loop")
     parser.add_argument("--out", default=RESULTS_DIR)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--max-rss-gb", type=float, default=20)
@@ -198,23 +202,25 @@ def main() -> int:
     args = parser.parse_args()
     case = "llama_sft_small" if args.small else "llama_sft"
     if args.child:
-        child(args.child[0], args.child[1], args.steps, args.warmup)
+        child(args.child[0], args.child[1], args.steps, args.warmup, args.fused_adamw)
         return 0
     if args.from_json:
         with open(args.from_json) as f:
             result = json.load(f)
     else:
         result = dict(case=case, steps=args.steps, warmup=args.warmup, date=time.strftime("%Y-%m-%d"),
-                      machine=machine(), cpu=cpu_model(), variants={})
+                      machine=machine(), cpu=cpu_model(), fused_adamw=args.fused_adamw, variants={})
         for v in args.variants.split(","):
             r = run_watched(os.path.abspath(__file__), ["--child", case, v, "--steps", str(args.steps),
-                                                        "--warmup", str(args.warmup)],
+                                                        "--warmup", str(args.warmup)]
+                            + (["--fused-adamw"] if args.fused_adamw else []),
                             args.max_rss_gb, args.timeout, ENV.get(v))
             result["variants"][v] = r
             result["label_density"] = r.get("label_density", result.get("label_density"))
             print(f"[sft] {v}: " + (r["error"] if "error" in r else
                                     f"{r['median_step_s']:.2f} s/step, own {r['step_own_mb']:.0f} MiB"), flush=True)
-    stem = "sft_small" if result["case"] == "llama_sft_small" else "sft"
+    stem = ("sft_small" if result["case"] == "llama_sft_small" else "sft") + (
+        "_fused_adamw" if result.get("fused_adamw") else "")
     print("\n".join(write_results(result, args.out, stem, markdown, chart)))
     return 0
 
