@@ -7,8 +7,15 @@ REGISTER_SHAPE_RULE[_IN], REGISTER_GRADIENT[_IN], NO_GRADIENT), the op-traits li
 csrc/core/ops/*.cc and the parity cases of tests/python/op_table. An argument it cannot read (a
 name that is neither a string literal nor a `constexpr const char*` constant) is an error, never a
 skipped row; tests/python/test_ops_doc.py compares what it finds with torch_ort._C's registries.
+
+Its last section walks the exporter's op vocabulary: every ONNX op that a translation of
+torch.onnx's default registry (onnxscript's torch_lib) calls, and lists those without a kernel,
+each with the operators whose translation emits it; tests/python/test_ops_doc.py checks that
+list against the kernels.
 """
+import collections
 import functools
+import inspect
 import pathlib
 import re
 import sys
@@ -308,6 +315,45 @@ def collect() -> dict:
     return ops
 
 
+# ONNX ops the engine never sees as such: the forward pipeline lowers them (passes/sequence_to_split.cc).
+LOWERED = {"SplitToSequence": "sequence_to_split", "SequenceAt": "sequence_to_split"}
+OP_CALL_RE = re.compile(r"\bop\.([A-Z][A-Za-z0-9]*)\s*\(")
+
+
+def exporter_vocabulary() -> dict:
+    """{ONNX op: sorted operator names whose torch_lib translation calls it}, read from the source
+    of every translation in torch.onnx's default registry (traced and scripted functions alike)."""
+    import onnxscript.function_libs.torch_lib.ops  # noqa: F401  (registers the translations)
+    from onnxscript.function_libs.torch_lib.registration import default_registry
+
+    uses = collections.defaultdict(set)
+    for name, overloaded in default_registry.items():
+        for fn in list(overloaded.overloads) + list(overloaded.complex):
+            body = getattr(fn, "func", None) or fn.function
+            for onnx_op in OP_CALL_RE.findall(inspect.getsource(body)):
+                uses[onnx_op].add(name)
+    return {k: sorted(v) for k, v in sorted(uses.items())}
+
+
+def vocabulary_gap(kernel_ops) -> list:
+    """[(ONNX op, emitted for, how it runs)] of the exporter's ops that have no kernel."""
+    rows = []
+    for onnx_op, users in exporter_vocabulary().items():
+        if f"::{onnx_op}" in kernel_ops:
+            continue
+        if onnx_op in LOWERED:
+            how = f"lowered by the {LOWERED[onnx_op]} pass (a lone one is refused, named)"
+        elif all(u.startswith("aten::") for u in users):
+            how = "ATen fallback"
+        elif any(u.startswith("aten::") for u in users):
+            how = "ATen fallback for the aten:: operators; the others are refused, named"
+        else:
+            how = "no route: refused, named (or eager per ORTMODULE_FALLBACK_POLICY)"
+        shown = ", ".join(f"`{u}`" for u in users[:4]) + (f" and {len(users) - 4} more" if len(users) > 4 else "")
+        rows.append((onnx_op, shown, how))
+    return rows
+
+
 HEADER = """\
 # Op index
 
@@ -357,6 +403,18 @@ def render() -> str:
             grad = o.gradient
         cells = [f"`{o.label}`", o.kernel, o.cuda, o.shape, grad, ", ".join(o.cases), o.traits]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    kernel_ops = {o.key for o in ops if o.kernel}
+    vocabulary = exporter_vocabulary()
+    gap = vocabulary_gap(kernel_ops)
+    lines += ["", "## Exporter ops without a kernel", "",
+              f"The exporter's vocabulary (every ONNX op a translation of torch.onnx's default registry "
+              f"calls) holds {len(vocabulary)} ops; {len(vocabulary) - len(gap)} have a kernel, these "
+              f"{len(gap)} do not. An aten:: operator whose translation emits one of them runs through "
+              "the ATen fallback instead (docs/user_guide.md), with no second export, where ATenOp can "
+              "carry its arguments and results (tensors, scalars, int lists; not a list of tensors): "
+              "otherwise the build refuses it, naming it.", "",
+              "| ONNX op | emitted for | how it runs |", "|---|---|---|"]
+    lines += [f"| `{op}` | {users} | {how} |" for op, users, how in gap]
     return "\n".join(lines) + "\n"
 
 

@@ -245,6 +245,11 @@ const std::map<std::string, OpFn>& onnx_ops() {
       BINARY("Greater", DType::kBool, double(a > b)), BINARY("Less", DType::kBool, double(a < b)),
       UNARY("Neg", -x), UNARY("Exp", std::exp(x)), UNARY("Log", std::log(x)),
       UNARY("Relu", x > 0 ? x : 0.0), UNARY("Tanh", std::tanh(x)), UNARY("Sigmoid", 1 / (1 + std::exp(-x))),
+      UNARY("Sin", std::sin(x)), UNARY("Cos", std::cos(x)), UNARY("Softplus", std::log1p(std::exp(x))),
+      OP("LeakyRelu") {
+        const double alpha = n.attrs.get_float("alpha", 0.01f);
+        return {nary(n, {in.at(0)}, X(0).dtype, [alpha](const double* v) { return v[0] > 0 ? v[0] : alpha * v[0]; })};
+      }},
       OP("Not") { return {nary(n, {in.at(0)}, DType::kBool, [](const double* v) { return double(v[0] == 0); })}; }},
       OP("Sum") { return {nary(n, in, X(0).dtype, [k = in.size()](const double* v) { return std::accumulate(v, v + k, 0.0); })}; }},
       OP("Where") { return {nary(n, in, X(1).dtype, [](const double* v) { return v[0] != 0 ? v[1] : v[2]; })}; }},

@@ -45,6 +45,8 @@ std::vector<Case> cases() {
       {"Where_row", "Where", {B({3, 4}), G({3, 4}), G({4})}}, {"Where_outer", "Where", {B({3, 1}), G({1, 4}), G({3, 4})}},
       {"Relu", "Relu", {G({3, 4})}}, {"Relu_3d", "Relu", {G({2, 3, 4})}},
       {"Sigmoid", "Sigmoid", {G({3, 4})}}, {"Tanh", "Tanh", {G({3, 4})}},
+      {"Sin", "Sin", {G({3, 4})}}, {"Cos", "Cos", {G({3, 4})}}, {"Softplus", "Softplus", {G({3, 4})}},
+      {"LeakyRelu", "LeakyRelu", {G({3, 4})}, A({{"alpha", 0.2f}})},
       // linear algebra
       {"MatMul_2d", "MatMul", {G({3, 4}), G({4, 5})}}, {"MatMul_3d_2d", "MatMul", {G({2, 3, 4}), G({4, 5})}},
       {"MatMul_A_only", "MatMul", {G({3, 4}), N({4, 5})}}, {"MatMul_B_only", "MatMul", {N({2, 3, 4}), G({4, 5})}},

@@ -90,14 +90,14 @@ class Untranslatable(torch.nn.Module):
 
 
 class NoKernel(torch.nn.Module):
-    """sin lowers to ONNX Sin, which our engine has no kernel for."""
+    """pixel_shuffle lowers to ONNX DepthToSpace, which our engine has no kernel for."""
 
     def __init__(self):
         super().__init__()
-        self.fc = torch.nn.Linear(6, 4)
+        self.fc = torch.nn.Linear(6, 8)
 
     def forward(self, x):
-        return torch.sin(self.fc(x)).pow(2).mean()
+        return F.pixel_shuffle(self.fc(x).reshape(-1, 8, 1, 1), 2).pow(2).mean()
 
 
 class NoGradientRule(torch.nn.Module):
@@ -111,18 +111,19 @@ class NoGradientRule(torch.nn.Module):
         return torch.abs(self.fc(x)).mean()
 
 
-# exports: sin is routed while the one export translates it (its translation emits Sin);
+# exports: pixel_shuffle is routed while the one export translates it (its translation emits
+# DepthToSpace);
 # digamma and polygamma reach translation as prims ops (the exporter decomposes what it has no
 # translation for before translating), so the failed export finds them and one more routes them;
 # a missing gradient rule is known only once the engine is built, which then re-exports once.
 @pytest.mark.parametrize("model_cls, ops, why, exports", [
     (Untranslatable, ["aten::digamma.default", "aten::polygamma.default"], "no ONNX translation", 2),
-    (NoKernel, ["aten::sin.default"], "no kernel for ONNX Sin", 1),
+    (NoKernel, ["aten::pixel_shuffle.default"], "no kernel for ONNX DepthToSpace", 1),
     (NoGradientRule, ["aten::abs.default"], "no gradient rule for ONNX Abs", 2),
 ])
 def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, ops, why, exports):
     # The premises, so that a kernel or rule added later turns this into a clear message.
-    assert "::Sin" not in KERNELS, "Sin has a kernel now: pick another op for NoKernel"
+    assert "::DepthToSpace" not in KERNELS, "DepthToSpace has a kernel now: pick another op for NoKernel"
     assert "::Abs" in KERNELS and "::Abs" not in GRADIENTS, "pick another op for NoGradientRule"
     ours, _ = train_with_parity(model_cls, rows)
     assert ours.export_count == exports, "then no more exports, however many steps"
@@ -132,8 +133,8 @@ def test_unsupported_op_trains_through_aten_node(strict, info_log, model_cls, op
     assert len(lines) == len(ops), lines
 
 
-class SinTwice(torch.nn.Module):
-    """Two sin nodes: the first one's translation finds Sin without a kernel."""
+class ShuffleTwice(torch.nn.Module):
+    """Two pixel_shuffle nodes: the first one's translation finds DepthToSpace without a kernel."""
 
     def __init__(self):
         super().__init__()
@@ -141,13 +142,14 @@ class SinTwice(torch.nn.Module):
 
     def forward(self, x):
         h = self.fc(x)
-        return torch.sin(h).pow(2).mean() + torch.sin(h * 2).mean()
+        return (F.pixel_shuffle(h.reshape(-1, 4, 1, 1), 2).pow(2).mean()
+                + F.pixel_shuffle((h * 2).reshape(-1, 4, 1, 1), 2).mean())
 
 
 def test_every_node_of_a_routed_op_is_routed_in_the_same_export(strict, info_log):
-    """Once the first node routes sin, later nodes of the op take ATenOp too (the export's
+    """Once the first node routes pixel_shuffle, later nodes of the op take ATenOp too (the export's
     translation table was fixed before): one export, one INFO line, eager parity."""
-    ours, _ = train_with_parity(SinTwice, rows, steps=2)
+    ours, _ = train_with_parity(ShuffleTwice, rows, steps=2)
     assert ours.export_count == 1
     assert len(fallback_lines(info_log())) == 1
 
@@ -164,10 +166,10 @@ class ReflectPad(torch.nn.Module):
 
 
 # (op_type, missing) per node the engine refuses. In training the gradient is built before
-# kernels are looked up, so Sin is first refused for its missing gradient rule.
+# kernels are looked up, so DepthToSpace is first refused for its missing gradient rule.
 @pytest.mark.parametrize("model_cls, training, refused", [
-    (NoKernel, False, [("Sin", "kernel")]),
-    (NoKernel, True, [("Sin", "gradient rule")]),
+    (NoKernel, False, [("DepthToSpace", "kernel")]),
+    (NoKernel, True, [("DepthToSpace", "gradient rule")]),
     (NoGradientRule, True, [("Abs", "gradient rule")]),
     (ReflectPad, True, [("Pad", "working gradient rule")]),
 ])
@@ -295,7 +297,7 @@ def test_training_graph_holds_aten_nodes(strict):
     (engine,) = runner._engines.values()
     ops = [(n.domain, n.op_type) for n in onnx.load_from_string(engine.training_graph_onnx()).graph.node]
     assert ("com.torch_ort", "ATenOp") in ops and ("com.torch_ort", "ATenOpGrad") in ops
-    assert ("", "Sin") not in ops
+    assert ("", "DepthToSpace") not in ops
 
 
 class EveryArgumentKind(torch.nn.Module):

@@ -10,13 +10,13 @@ from torch_ort import _C
 from torch_ort.ortmodule import ORTModuleIOError, ORTModuleONNXModelException, ORTModuleTorchModelException
 
 
-class WithSin(torch.nn.Module):  # Sin: no kernel in the engine -> runs as an ATen node
+class WithPixelShuffle(torch.nn.Module):  # DepthToSpace: no kernel in the engine -> an ATen node
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 4)
 
     def forward(self, x):
-        return torch.sin(self.fc(x)).pow(2).mean()
+        return torch.nn.functional.pixel_shuffle(self.fc(x).reshape(-1, 4, 1, 1), 2).pow(2).mean()
 
 
 class WithAbs(torch.nn.Module):  # Abs: a kernel, but no gradient rule -> runs as an ATen node
@@ -70,7 +70,7 @@ def test_unsupported_model_raises_with_fallback_disabled(strict, model_cls, what
         ORTModule(model_cls())(torch.randn(3, 4)).backward()
 
 
-@pytest.mark.parametrize("model_cls, what", [(WithSin, "Sin"), (WithAbs, "Abs")])
+@pytest.mark.parametrize("model_cls, what", [(WithPixelShuffle, "DepthToSpace"), (WithAbs, "Abs")])
 def test_unsupported_op_raises_without_aten_fallback(strict, monkeypatch, model_cls, what):
     monkeypatch.setenv("ORTMODULE_ATEN_FALLBACK", "0")
     with pytest.raises(ORTModuleONNXModelException, match=what) as info:
@@ -78,7 +78,7 @@ def test_unsupported_op_raises_without_aten_fallback(strict, monkeypatch, model_
     assert "node" in str(info.value)
 
 
-@pytest.mark.parametrize("model_cls", [WithSin, WithAbs])
+@pytest.mark.parametrize("model_cls", [WithPixelShuffle, WithAbs])
 def test_ops_without_kernel_or_rule_train_via_aten_fallback(strict, model_cls):
     """What once failed here (no kernel, no gradient rule) now runs in our graph as ATen nodes."""
     eager, wrapped = twin(model_cls)

@@ -183,11 +183,11 @@ def test_wrong_input_count(mlp_engine):
 
 def test_unsupported_op_fails_at_construction_naming_op_and_node():
     graph = helper.make_graph(
-        [helper.make_node("Det", ["a"], ["d"], name="/model/Det_3")], "det",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 3])],
-        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [])])
+        [helper.make_node("DepthToSpace", ["a"], ["d"], name="/model/DepthToSpace_3", blocksize=2)], "d2s",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4, 1, 1])],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 1, 2, 2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
-    with pytest.raises(_C.UnsupportedOpError, match=r"'Det' \(node /model/Det_3\).*no kernel"):
+    with pytest.raises(_C.UnsupportedOpError, match=r"'DepthToSpace' \(node /model/DepthToSpace_3\).*no kernel"):
         _C.Engine(model.SerializeToString(), False, [])
 
 

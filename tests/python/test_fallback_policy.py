@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from test_bad_input import ComplexInput, DataDependentBranch, WithSin
+from test_bad_input import ComplexInput, DataDependentBranch, WithPixelShuffle
 import torch_ort
 from torch_ort import FallbackStatus, ORTModule, ORTModuleFallbackWarning
 from torch_ort.ortmodule import (
@@ -61,7 +61,7 @@ CASES = {
     "FALLBACK_UNSUPPORTED_TORCH_MODEL": (ORTModuleTorchModelException,
                                          lambda: (DataDependentBranch(), torch.randn(3, 4)), {}),
     "FALLBACK_UNSUPPORTED_ONNX_MODEL": (ORTModuleONNXModelException,
-                                        lambda: (WithSin(), torch.randn(3, 4)),
+                                        lambda: (WithPixelShuffle(), torch.randn(3, 4)),
                                         {"ORTMODULE_ATEN_FALLBACK": "0"}),
 }
 

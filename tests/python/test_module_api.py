@@ -53,6 +53,51 @@ def test_registering_on_the_wrapper_registers_on_the_module(strict):
     assert ours.export_count == 2
 
 
+
+class WithMethod(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.scaled(self.fc(x))
+
+    def scaled(self, y):
+        return y * 2
+
+    def echo(self, value):
+        return value
+
+
+def _sum_three(self, a, b, c):
+    return a + b + c
+
+
+def test_assignment_on_the_wrapper_is_ortmodules(strict):
+    """As ORTModule: a method the wrapped module's class defines, reassigned on the wrapper, is
+    replaced on the wrapper only (the wrapped module keeps its own); any other attribute lands on
+    the wrapped module, and ORTModule's own attributes stay on the wrapper."""
+    torch.manual_seed(0)
+    inner = WithMethod()
+    ours = ORTModule(inner)
+    x = torch.randn(2, 4)
+    assert ours.echo(x) is x  # reached through the wrapper, bound like the module's
+    expected = inner(x)
+    ours.echo = _sum_three
+    assert ours.echo is _sum_three and "echo" in ours.__dict__
+    assert inner.echo is not _sum_three and inner.echo(x) is x
+    assert type(inner).echo is WithMethod.echo and "echo" not in inner.__dict__
+    ours.new_flag = "lambda x: x"
+    assert inner.new_flag == "lambda x: x" and "new_flag" not in ours.__dict__
+    ours.scale = torch.nn.Parameter(torch.ones(()))
+    assert inner.scale is ours.scale and "scale" not in ours.__dict__
+    ours.export_count_seen = ours.export_count  # a new name: the wrapped module's
+    assert hasattr(inner, "export_count_seen")
+    ours._settings = ours._settings  # ORTModule's own: stays on the wrapper
+    assert not hasattr(inner, "_settings")
+    torch.testing.assert_close(ours(x), expected)  # forward still calls the module's own method
+
+
 class Nested(torch.nn.Module):
     """Takes a dict and a list, returns a dict holding a tuple."""
 

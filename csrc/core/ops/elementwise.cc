@@ -285,13 +285,55 @@ void erf_grad(GradCtx& g) {  // dX = dY · 2/√π · exp(−X²)
   g.set_grad(0, g.ours("ErfGrad", {g.grad_out(0), g.in(0)}, {}, DType::kUndefined, g.info(g.in(0)).shape));
 }
 
+void sin_grad(GradCtx& g) {  // dX = dY·cos(X)
+  g.set_grad(0, g.mul(g.grad_out(0), g.op("Cos", {g.in(0)})));
+}
+
+void cos_grad(GradCtx& g) {  // dX = −dY·sin(X)
+  g.set_grad(0, g.neg(g.mul(g.grad_out(0), g.op("Sin", {g.in(0)}))));
+}
+
+void softplus_grad(GradCtx& g) {  // dX = dY·sigmoid(X)
+  g.set_grad(0, g.mul(g.grad_out(0), g.op("Sigmoid", {g.in(0)})));
+}
+
+void leaky_relu_grad(GradCtx& g) {  // dX = X > 0 ? dY : alpha·dY (torch's rule at 0: alpha)
+  const DType dt = g.info(g.grad_out(0)).dtype;
+  ValueId positive = g.op("Greater", {g.in(0), g.const_scalar(0.0, g.info(g.in(0)).dtype)}, {}, DType::kBool);
+  ValueId scaled = g.mul(g.grad_out(0), g.const_scalar(g.attrs().get_float("alpha", 0.01f), dt));
+  g.set_grad(0, g.op("Where", {positive, g.grad_out(0), scaled}, {}, dt));
+}
+
+// Clip: dY passes where min <= X <= max (both inclusive, as torch.clamp's gradient); bounds get none.
+void clip_grad(GradCtx& g) {
+  const DType dt = g.info(g.grad_out(0)).dtype;
+  ValueId inside = kNoValue;
+  auto bound = [&](const char* op, ValueId b) {
+    ValueId ok = g.op(op, {g.in(0), b}, {}, DType::kBool);
+    inside = inside == kNoValue ? ok : g.op("And", {inside, ok}, {}, DType::kBool);
+  };
+  if (g.opset() < 11) {
+    const DType xt = g.info(g.in(0)).dtype;
+    if (g.attrs().has("min")) bound("GreaterOrEqual", g.const_scalar(g.attrs().get_float("min", 0), xt));
+    if (g.attrs().has("max")) bound("LessOrEqual", g.const_scalar(g.attrs().get_float("max", 0), xt));
+  } else {
+    if (g.has_in(1)) bound("GreaterOrEqual", g.in(1));
+    if (g.has_in(2)) bound("LessOrEqual", g.in(2));
+  }
+  if (inside == kNoValue) return g.set_grad(0, g.grad_out(0));
+  g.set_grad(0, g.op("Where", {inside, g.grad_out(0), g.const_scalar(0.0, dt)}, {}, dt, g.info(g.in(0)).shape));
+}
+
 }  // namespace
 
 // Unary: the output has the input's shape.
 REGISTER_SHAPE_RULE("Abs", same_as_input0);
 REGISTER_SHAPE_RULE("Acos", same_as_input0);
+REGISTER_SHAPE_RULE("Acosh", same_as_input0);
 REGISTER_SHAPE_RULE("Asin", same_as_input0);
+REGISTER_SHAPE_RULE("Asinh", same_as_input0);
 REGISTER_SHAPE_RULE("Atan", same_as_input0);
+REGISTER_SHAPE_RULE("Atanh", same_as_input0);
 REGISTER_SHAPE_RULE("BitwiseNot", same_as_input0);
 REGISTER_SHAPE_RULE("Ceil", same_as_input0);
 REGISTER_SHAPE_RULE("Celu", same_as_input0);
@@ -389,6 +431,11 @@ REGISTER_GRADIENT("Erf", erf_grad, {});
 REGISTER_GRADIENT("Trilu", trilu_grad, {1});
 REGISTER_GRADIENT("CastLike", cast_like_grad, {1});
 REGISTER_GRADIENT("Max", min_max_grad, {});
+REGISTER_GRADIENT("Sin", sin_grad, {});
+REGISTER_GRADIENT("Cos", cos_grad, {});
+REGISTER_GRADIENT("Softplus", softplus_grad, {});
+REGISTER_GRADIENT("LeakyRelu", leaky_relu_grad, {});
+REGISTER_GRADIENT("Clip", clip_grad, {1, 2});
 REGISTER_GRADIENT("Min", min_max_grad, {});
 
 // Boolean outputs: no gradient flows through them.
@@ -403,5 +450,10 @@ NO_GRADIENT("Or", "boolean output");
 NO_GRADIENT("Xor", "boolean output");
 NO_GRADIENT("IsNaN", "boolean output");
 NO_GRADIENT("IsInf", "boolean output");
+NO_GRADIENT("BitwiseAnd", "integer operands");
+NO_GRADIENT("BitwiseOr", "integer operands");
+NO_GRADIENT("BitwiseXor", "integer operands");
+NO_GRADIENT("BitwiseNot", "integer operands");
+NO_GRADIENT("BitShift", "integer operands");
 
 }  // namespace torch_ort

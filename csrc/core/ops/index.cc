@@ -13,6 +13,7 @@ std::vector<OpEntry> index_ops() {
   return {
       {"", "Gather", {.recomputable = true, .host_computable = true}},
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
+      {"", "OneHot", {.host_inputs = {1}}},  // depth
       // (labels) -> the positions whose label is not ignore_index (passes/label_sparsity.cc)
       {kOurDomain, "LabelRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{1, 1, 1, 1}}},
       // arity: (dY, shape(X), indices)
@@ -125,5 +126,7 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherNDGrad", declared_by_gradient_builder)
 REGISTER_GRADIENT("Gather", gather_grad, {1});
 REGISTER_GRADIENT("GatherElements", gather_elements_grad, {1});
 REGISTER_GRADIENT("GatherND", gather_nd_grad, {1});
+
+NO_GRADIENT("NonZero", "integer output");
 
 }  // namespace torch_ort

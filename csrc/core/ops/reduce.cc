@@ -25,12 +25,18 @@ std::vector<OpEntry> reduce_ops() {
       {"", "CumSum", {.host_inputs = {1}}},  // axis
       {"", "LogSoftmax", {.recomputable = true}},
       // host input 1: axes (opset 18+; ReduceSum 13+)
+      {"", "ReduceL1", {.host_inputs = {1}}},
+      {"", "ReduceL2", {.host_inputs = {1}}},
+      {"", "ReduceLogSum", {.host_inputs = {1}}},
+      {"", "ReduceLogSumExp", {.host_inputs = {1}}},
       {"", "ReduceMax", {.host_computable = true, .host_inputs = {1}}},
       {"", "ReduceMean", {.host_computable = true, .host_inputs = {1}, .view = kReduceNoop}},
       {"", "ReduceMin", {.host_computable = true, .host_inputs = {1}}},
       {"", "ReduceProd", {.host_computable = true, .host_inputs = {1}}},
       {"", "ReduceSum", {.host_computable = true, .host_inputs = {1}, .view = kReduceNoop}},
+      {"", "ReduceSumSquare", {.host_inputs = {1}}},
       {"", "Softmax", {.recomputable = true}},
+      {"", "TopK", {.host_inputs = {1}}},  // K
       // arity: (dY, shape(X), [axes])
       {kOurDomain, "ReduceMeanGrad", {.host_inputs = {1, 2}, .arity = OpArity{2, 3, 1, 1}}},  // shape(X), axes
       {kOurDomain, "ReduceSumGrad", {.host_inputs = {1, 2}, .view = kSpread, .arity = OpArity{2, 3, 1, 1}}},
@@ -136,6 +142,14 @@ void cumsum_grad(GradCtx& g) {
   g.set_grad(0, g.op("CumSum", {g.grad_out(0), g.in(1)}, std::move(a), DType::kUndefined, g.info(g.in(0)).shape));
 }
 
+// TopK: dX = zeros(shape(X)) with dValues added at the indices along axis (GatherElements' gradient op).
+void topk_grad(GradCtx& g) {
+  Attributes a;
+  a.set("axis", g.attrs().get_int("axis", -1));
+  g.set_grad(0, g.ours("GatherElementsGrad", {g.grad_out(0), g.shape_of(g.in(0)), g.out(1)}, std::move(a),
+                       DType::kUndefined, g.info(g.in(0)).shape));
+}
+
 // Softmax/LogSoftmax: opset >= 13 normalises along `axis` (default -1); older opsets flatten the
 // input to 2-D at `axis` (default 1) and normalise each row, so the gradient does the same.
 void softmax_family_grad(GradCtx& g, const char* grad_op) {
@@ -195,5 +209,9 @@ REGISTER_GRADIENT("ReduceMean", reduce_mean_grad, {1});
 REGISTER_GRADIENT("CumSum", cumsum_grad, {1});  // axis
 REGISTER_GRADIENT("Softmax", softmax_grad, {});
 REGISTER_GRADIENT("LogSoftmax", log_softmax_grad, {});
+REGISTER_GRADIENT("TopK", topk_grad, {1});  // K
+
+NO_GRADIENT("ArgMax", "integer output");
+NO_GRADIENT("ArgMin", "integer output");
 
 }  // namespace torch_ort

@@ -1,7 +1,9 @@
-// Matrix products: MatMul (numpy matmul semantics, batched and broadcast) and Gemm.
+// Matrix products: MatMul (numpy matmul semantics, batched and broadcast), Gemm, Einsum; Det.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/einsum.h>
+#include <ATen/ops/linalg_det.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
@@ -41,9 +43,32 @@ void gemm_kernel(KernelCtx& c) {
   c.set_output(0, alpha == 1.0 ? y : at::mul(y, alpha));
 }
 
+// Einsum(inputs...; equation): ATen reads ONNX's equation language (explicit "->" or implicit
+// output, "..." broadcast dims) the same way.
+void einsum_kernel(KernelCtx& c) {
+  const std::string equation = c.attrs.get_string("equation", "");
+  if (equation.empty()) c.fail("attribute 'equation' is required");
+  std::vector<at::Tensor> operands;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    operands.push_back(c.input(i));
+    if (i > 0) check_placed(c, operands[0], operands.back());
+  }
+  c.set_output(0, at::einsum(equation, operands));
+}
+
+// Det(X): the determinant of each innermost square matrix.
+void det_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  if (x.dim() < 2 || x.size(-1) != x.size(-2))
+    c.fail("needs square matrices in the two innermost dims, got " + c10::str(x.sizes()));
+  c.set_output(0, at::linalg_det(x));
+}
+
 }  // namespace
 
 REGISTER_KERNEL("MatMul", matmul_kernel);
+REGISTER_KERNEL("Einsum", einsum_kernel);
+REGISTER_KERNEL("Det", det_kernel);
 REGISTER_KERNEL("Gemm", gemm_kernel);
 
 }  // namespace torch_ort::kernels

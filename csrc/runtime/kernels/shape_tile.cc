@@ -1,4 +1,4 @@
-// Kernels that repeat, mask or generate whole tensors: Tile and its gradient op, Trilu, Range.
+// Kernels that repeat, mask or generate whole tensors: Tile and its gradient op, Trilu, Range, EyeLike.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
@@ -9,6 +9,7 @@
 #include <ATen/ops/triu.h>
 #include <ATen/ops/zeros.h>
 
+#include "csrc/runtime/dtype.h"
 #include "csrc/runtime/kernels/common.h"
 
 namespace torch_ort::kernels {
@@ -71,11 +72,26 @@ void range_kernel(KernelCtx& c) {
   c.set_output(0, at::arange(sd, ld, dd, opts));
 }
 
+// EyeLike(X; dtype, k): zeros of X's 2-D shape with ones on diagonal k (above the main one when
+// positive), in `dtype` (default: X's).
+void eye_like_kernel(KernelCtx& c) {
+  const at::Tensor& x = c.input(0);
+  if (x.dim() != 2) c.fail("needs a 2-D input, got " + c10::str(x.sizes()));
+  at::ScalarType dtype = x.scalar_type();
+  if (c.attrs.has("dtype"))
+    dtype = to_aten(static_cast<DType>(c.attrs.get_int("dtype", 0)), "dtype of " + c.node.describe());
+  at::Tensor y = at::zeros(x.sizes(), x.options().dtype(dtype));
+  const int64_t k = c.attrs.get_int("k", 0);
+  if (k < x.size(1) && -k < x.size(0)) y.diagonal(k).fill_(1);
+  c.set_output(0, y);
+}
+
 }  // namespace
 
 REGISTER_KERNEL("Tile", tile_kernel);
 REGISTER_KERNEL("Trilu", trilu_kernel);
 REGISTER_KERNEL("Range", range_kernel);
+REGISTER_KERNEL("EyeLike", eye_like_kernel);
 REGISTER_KERNEL_IN(kOurDomain, "TileGrad", tile_grad_kernel);
 
 }  // namespace torch_ort::kernels

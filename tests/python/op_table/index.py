@@ -51,3 +51,35 @@ CASES = [
          lambda dy, s, i: torch.zeros(2, 3, 4).index_put((torch.arange(2)[:, None], i[..., 0]), dy, accumulate=True),
          attrs=dict(batch_dims=1), domain=OURS, id="GatherNDGrad-batch-dims1"),
 ]
+
+
+def _scatter_nd_max(d, i, u):
+    """ScatterND with reduction max, index by index (two updates meet at [0, 1])."""
+    out = d.clone()
+    for (r, c), v in zip(i.tolist(), u):
+        out[r, c] = torch.maximum(out[r, c], v)
+    return out
+
+
+_d = f(4, 3)
+CASES += [
+    Case("ScatterElements", [_d, t([[1, 0, 3], [-1, 2, 0]]), f(2, 3)],
+         lambda d, i, u: d.scatter(0, i % 4, u), attrs=dict(axis=0), check_grad=False),
+    Case("ScatterElements", [_d, t([[0, 2], [1, 1]]), f(2, 2)],
+         lambda d, i, u: d.scatter_add(1, i, u),
+         attrs=dict(axis=1, reduction="add"), check_grad=False, id="ScatterElements-add"),
+    Case("ScatterND", [_d, t([[2], [0]]), f(2, 3)],
+         lambda d, i, u: d.index_put((i[:, 0],), u), check_grad=False),
+    Case("ScatterND", [f(2, 3, 4), t([[0, 1], [1, -1]]), f(2, 4)],
+         lambda d, i, u: d.index_put((i[:, 0], i[:, 1] % 3), u, accumulate=True),
+         attrs=dict(reduction="add"), check_grad=False, id="ScatterND-add"),
+    Case("ScatterND", [f(2, 3), t([[0, 1], [0, 1], [1, 2]]), t([5.0, -1.0, 2.0])], _scatter_nd_max,
+         attrs=dict(reduction="max"), check_grad=False, id="ScatterND-max-repeated"),
+    Case("NonZero", [t([[1.0, 0.0, 2.0], [0.0, 0.0, -3.0]])], lambda x: torch.nonzero(x).t()),
+    Case("OneHot", [t([0, 2, -1, 5]), t(3), t([0.0, 1.0])],
+         lambda i, d, v: torch.stack([F.one_hot(t(0), 3), F.one_hot(t(2), 3), F.one_hot(t(2), 3),
+                                      torch.zeros(3, dtype=torch.long)]).float()),
+    Case("OneHot", [t([[1, 0]]), t(2), t([-1, 4])],
+         lambda i, d, v: torch.where(F.one_hot(i, 2).movedim(-1, 0).bool(), 4, -1), attrs=dict(axis=0),
+         id="OneHot-axis0-int"),
+]

@@ -16,3 +16,13 @@ CASES = [
     Case("Gemm", [f(3, 4), f(4, 5), None], lambda a, b: 3.0 * (a @ b), attrs=dict(alpha=3.0), id="Gemm-noC"),
     Case("Gemm", [f(3, 4), f(4, 5), f(3, 1)], lambda a, b, c: a @ b + c, id="Gemm-C-col"),
 ]
+CASES += [
+    Case("Einsum", [f(2, 3, 4), f(2, 4, 5)], lambda a, b: torch.einsum("bij,bjk->bik", a, b),
+         attrs=dict(equation="bij,bjk->bik"), check_grad=False),
+    Case("Einsum", [f(3, 3)], lambda a: torch.einsum("ii", a), attrs=dict(equation="ii"), check_grad=False,
+         id="Einsum-trace-implicit"),
+    Case("Einsum", [f(2, 3, 4), f(4)], lambda a, b: torch.einsum("...j,j->...", a, b),
+         attrs=dict(equation="...j,j->..."), check_grad=False, id="Einsum-ellipsis"),
+    Case("Det", [f(2, 3, 3, dtype=torch.float64)], torch.linalg.det, check_grad=False),
+]
+

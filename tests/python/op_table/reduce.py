@@ -50,3 +50,30 @@ CASES = [
     Case("ReduceMeanGrad", [f(2, 1, 1), i64(2, 3, 4)], lambda dy, s: dy.expand(2, 3, 4) / 12,
          attrs=dict(axes=[1, -1]), domain=OURS),
 ]
+
+t = torch.tensor
+_r = f(2, 3, 4)
+_ties = t([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, -1.0, 2.0]])
+CASES += [
+    Case("ReduceMax", [_r, i64(1)], lambda x, a: x.amax(1, keepdim=True)),
+    Case("ReduceMax", [_r, None], lambda x: x.amax().reshape(1, 1, 1), id="ReduceMax-all"),
+    Case("ReduceMin", [_r, i64(0, -1)], lambda x, a: x.amin((0, 2)), attrs=dict(keepdims=0)),
+    Case("ReduceMin", [_r], lambda x: x.amin(2, keepdim=True), attrs=dict(axes=[2]), opset=13,
+         id="ReduceMin-opset13-attr"),
+    Case("ReduceProd", [pos(2, 3, 4), i64(0, 2)], lambda x, a: x.prod(2, keepdim=True).prod(0, keepdim=True)),
+    Case("ReduceProd", [i64(1, 2, 3, 4).reshape(2, 2), i64(1)], lambda x, a: x.prod(1), attrs=dict(keepdims=0),
+         id="ReduceProd-int64"),
+    Case("ReduceL1", [_r, i64(-1)], lambda x, a: x.abs().sum(-1, keepdim=True)),
+    Case("ReduceL2", [_r, i64(1)], lambda x, a: x.square().sum(1).sqrt(), attrs=dict(keepdims=0)),
+    Case("ReduceLogSum", [pos(2, 3), i64(1)], lambda x, a: x.sum(1, keepdim=True).log()),
+    Case("ReduceLogSumExp", [_r * 10, i64(-1)], lambda x, a: torch.logsumexp(x, -1, keepdim=True)),
+    Case("ReduceSumSquare", [_r, i64(0)], lambda x, a: x.square().sum(0, keepdim=True)),
+    Case("ReduceSumSquare", [_r, None], lambda x: x, attrs=dict(noop_with_empty_axes=1), id="ReduceSumSquare-noop"),
+    Case("ArgMax", [_ties], lambda x: x.argmax(1, keepdim=True), attrs=dict(axis=1)),
+    Case("ArgMax", [_ties], lambda x: 3 - x.flip(1).argmax(1), attrs=dict(axis=1, keepdims=0, select_last_index=1),
+         id="ArgMax-last-index"),
+    Case("ArgMin", [_ties], lambda x: x.argmin(0), attrs=dict(axis=0, keepdims=0)),
+    Case("TopK", [f(3, 6), i64(2)], lambda x, k: tuple(torch.topk(x, 2, -1)), n_out=2, consts=(1,)),
+    Case("TopK", [f(4, 3), i64(3)], lambda x, k: tuple(torch.topk(x, 3, 0, largest=False)),
+         attrs=dict(axis=0, largest=0), n_out=2, consts=(1,), id="TopK-smallest-axis0"),
+]
