@@ -91,6 +91,15 @@ def _density(engine) -> float | None:
     return None if value < 0 else value
 
 
+def _own_method(module: torch.nn.Module, name: str) -> bool:
+    """True when `name` is a method that the module's class (or a base other than nn.Module)
+    defines, other than forward."""
+    if name == "forward" or name.startswith("__"):
+        return False
+    defined = inspect.getattr_static(type(module), name, None)
+    return inspect.isfunction(defined) and getattr(torch.nn.Module, name, None) is not defined
+
+
 class ORTModule(torch.nn.Module):
     """Wraps `module`; its parameters, buffers and state_dict keys stay the original's."""
 
@@ -277,9 +286,11 @@ class ORTModule(torch.nn.Module):
         """After construction, an attribute that is not ORTModule's own goes to the wrapped module
         and marks the model changed: the next call re-exports (and keeps the engines when the
         graph comes out the same). A value that is not a module or tensor, set on an attribute no
-        export read, cannot change any graph: nothing happens."""
+        export read, cannot change any graph: nothing happens. A name that is a method the wrapped
+        module's class defines (not forward, not nn.Module's) is set on the ORTModule only, as
+        ORTModule did: the wrapped module keeps its own method."""
         if "_initialized" not in self.__dict__ or name in self.__dict__ or name == "training" \
-                or hasattr(type(self), name):
+                or hasattr(type(self), name) or _own_method(self.module, name):
             return super().__setattr__(name, value)
         setattr(self.module, name, value)
         self._note_set(name, value)
