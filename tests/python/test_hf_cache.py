@@ -111,3 +111,59 @@ def test_gpt2_exports_as_the_call_decides():
     assert infer.out_spec.context == ["logits", "past_key_values"]
     assert infer.out_spec.child(1).type is DynamicCache
     assert infer.out_spec.num_leaves == 1 + 2 * model.config.n_layer  # logits, then K and V per layer
+
+
+def _lora_llama():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64)
+    return get_peft_model(LlamaForCausalLM(cfg), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                            target_modules=["q_proj", "v_proj"]))
+
+
+def test_peft_lora_trains_whole_called_as_eager(strict):
+    """LoRA through peft, called exactly as eager is (no use_cache=False): the PeftModel passes
+    its keywords on to the Llama, so the training call runs without the cache the Llama would
+    build; losses and the adapters' gradients match eager over AdamW steps, the frozen weights
+    get none, and it exports once."""
+    eager, wrapped = twin(_lora_llama)
+    ours = ORTModule(wrapped)
+    trainable = [n for n, p in eager.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2) for m in (eager, ours)]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        ids = torch.randint(0, 256, (2, 12), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, 9:] = 0
+        out_e = eager(input_ids=ids, attention_mask=mask, labels=ids)
+        out_o = ours(input_ids=ids, attention_mask=mask, labels=ids)
+        assert isinstance(out_e.past_key_values, DynamicCache) and out_o.past_key_values is None
+        torch.testing.assert_close(out_o.loss, out_e.loss, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(out_o.logits, out_e.logits, rtol=1e-3, atol=2e-4)
+        for out, opt in zip((out_e, out_o), opts):
+            opt.zero_grad()
+            out.loss.backward()
+        for (n, pe), po in zip(eager.named_parameters(), ours.parameters()):
+            if pe.requires_grad:
+                torch.testing.assert_close(po.grad, pe.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{n}: {m}")
+            else:
+                assert po.grad is None, n
+        for opt in opts:
+            opt.step()
+    assert ours.export_count == 1
+
+
+def test_peft_use_cache_true_returns_the_cache(strict):
+    eager, wrapped = twin(_lora_llama)
+    ours = ORTModule(wrapped)
+    ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
+    out_o, out_e = ours(input_ids=ids, use_cache=True), eager(input_ids=ids, use_cache=True)
+    assert isinstance(out_o.past_key_values, DynamicCache)
+    assert len(out_o.past_key_values.layers) == len(out_e.past_key_values.layers) == 2
+    for lo, le in zip(out_o.past_key_values.layers, out_e.past_key_values.layers):
+        torch.testing.assert_close(lo.keys, le.keys, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lo.values, le.values, rtol=1e-5, atol=1e-6)

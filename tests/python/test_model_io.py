@@ -1,6 +1,8 @@
 """Inputs and outputs as Hugging Face passes them: keyword arguments, labels computing the loss
 inside, attention masks, ModelOutput rebuilt with its type and keys, None entries, integer
 outputs (non-differentiable), tied weights (one parameter, one summed gradient)."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from conftest import twin
 from torch_ort import ORTModule
+from torch_ort.ortmodule import ORTModuleIOError
 
 
 class PooledClassifier(torch.nn.Module):
@@ -245,3 +248,55 @@ def test_a_dict_argument_trains_like_eager(strict, call):
         torch.testing.assert_close(loss, want)
         for p, q in zip(eager.parameters(), ours.parameters()):
             torch.testing.assert_close(q.grad, p.grad)
+
+
+@dataclasses.dataclass
+class Scored:
+    """A plain dataclass of tensors, registered with nothing."""
+    score: torch.Tensor
+    hidden: torch.Tensor
+    note: torch.Tensor | None = None
+
+
+class ReturnsDataclass(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x))
+        return Scored(score=h.sum(), hidden=h)
+
+
+def test_dataclass_output_comes_back_as_eager_returns_it(strict):
+    eager, wrapped = twin(ReturnsDataclass)
+    ours = ORTModule(wrapped)
+    x = torch.randn(5, 4)
+    out_o, out_e = ours(x), eager(x)
+    assert type(out_o) is Scored and out_o.note is None
+    torch.testing.assert_close(out_o.hidden, out_e.hidden)
+    out_o.score.backward()
+    out_e.score.backward()
+    for p, q in zip(eager.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    ours(torch.randn(7, 4))
+    assert ours.export_count == 1
+
+
+class Opaque:
+    def __init__(self, t):
+        self.t = t
+
+
+class ReturnsOpaque(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return Opaque(self.fc(x))
+
+
+def test_unknown_output_object_is_named(strict):
+    with pytest.raises(ORTModuleIOError, match="returns a test_model_io.Opaque, which is neither a tensor"):
+        ORTModule(ReturnsOpaque())(torch.randn(2, 4))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
+import importlib
 import inspect
 import io
 import logging
@@ -170,6 +172,22 @@ def _dynamic_shapes(module, args, kwargs, static: dict):
 # the graph then records the sizes it fixed (ExportResult.static_dims) and a call with other sizes
 # exports again (GraphRunner.accepts), never running a graph specialised to other sizes.
 SHAPE_PLANS = ("dynamic", "size-1 dims static", "static")
+
+def _register_dataclass(qualified: str) -> bool:
+    """Registers the dataclass named `qualified` ('package.module.Class') as a pytree node, so that
+    an output of that type leaves the graph as its fields and comes back rebuilt; False when the
+    name is no dataclass (or cannot be imported, or is registered already)."""
+    module_name, _, name = qualified.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls in pytree.SUPPORTED_NODES:
+        return False
+    torch.export.register_dataclass(cls, serialized_type_name=qualified)
+    LOGGER.info("%s is returned by the model: registered with torch.utils._pytree as a dataclass", qualified)
+    return True
+
 
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([^']+)'> in output, which is not a known type")
 TRANSLATING = re.compile(r"Error when translating node %(\w+) ")  # the exporter's per-node failure
@@ -440,6 +458,7 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
     if deepcopy:
         module, remap = structural_copy(module)
     plans = [p for p in SHAPE_PLANS[SHAPE_PLANS.index(shape_plan):] if _static_dims(p, tensors) is not None]
+    registered: set[str] = set()  # output dataclasses registered with pytree by this export
     for plan in plans:
         capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy(), remap)
         try:
@@ -453,6 +472,10 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
             if refused is not None:
                 raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
             output = next(filter(None, (_UNKNOWN_OUTPUT.search(str(x)) for x in exception_chain(e))), None)
+            if output is not None and output.group(1) not in registered and _register_dataclass(output.group(1)):
+                registered.add(output.group(1))
+                plans.insert(plans.index(plan) + 1, plan)  # the same input dims again, the class now known
+                continue
             if output is not None:
                 raise ORTModuleIOError(
                     f"{type(module).__name__} returns a {output.group(1)}, which is neither a tensor, a "

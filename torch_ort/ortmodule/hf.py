@@ -7,7 +7,9 @@ with gradient checkpointing. Returning it from our graph would cost a graph outp
 tensor and a zero gradient for each in backward. So ORTModule decides, per call:
 
 - grad mode is on (gradients may flow) and the caller did not pass `use_cache` or
-  `past_key_values`: the model runs with `use_cache=False` (logged once at INFO). The loss, the
+  `past_key_values`: the model runs with `use_cache=False` (logged once at INFO). A wrapper that
+  passes its keyword arguments on to a model that takes `use_cache` (peft's PeftModel around a
+  causal LM) is called the same way. The loss, the
   logits and their gradients are exactly eager's; `past_key_values` is simply absent.
 - anything else (`use_cache=True` passed explicitly, a cache passed in, or a forward-only call
   under `torch.no_grad()`): the model's own behaviour holds, and the DynamicCache leaves the graph
@@ -99,12 +101,27 @@ def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
         return None
 
 
+def _wrapped_model(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The model a wrapper hands its calls to (peft's PeftModel.get_base_model()), or None."""
+    get_base_model = getattr(module, "get_base_model", None)
+    inner = get_base_model() if callable(get_base_model) else None
+    return inner if isinstance(inner, torch.nn.Module) and inner is not module else None
+
+
 def _takes_use_cache(module: torch.nn.Module) -> bool:
     config = getattr(module, "config", None)
     if not getattr(config, "use_cache", False):
         return False  # the model does not build a cache by default
     sig = _forward_signature(module)
-    return sig is not None and "use_cache" in sig.parameters
+    if sig is None:
+        return False
+    if "use_cache" in sig.parameters:
+        return True
+    # A wrapper whose forward passes **kwargs on to the model it wraps (peft's PeftModel with a
+    # LoRA adapter): the wrapped model's forward decides.
+    passes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    inner = _wrapped_model(module) if passes_kwargs else None
+    return inner is not None and _takes_use_cache(inner)
 
 
 def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled: bool) -> dict:
@@ -119,7 +136,8 @@ def adapt_call(module: torch.nn.Module, args: tuple, kwargs: dict, grad_enabled:
         bound = _forward_signature(module).bind_partial(*args, **kwargs).arguments
     except TypeError:
         return kwargs  # a call eager would reject too; let the model say so
-    if "use_cache" in bound or bound.get("past_key_values") is not None:
+    if "use_cache" in bound or "use_cache" in kwargs or bound.get("past_key_values") is not None \
+            or kwargs.get("past_key_values") is not None:
         return kwargs  # the caller asked for a cache: honour it
     if module not in _logged:
         _logged.add(module)
