@@ -17,6 +17,7 @@
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
 #include "csrc/runtime/kernels/cuda_table.h"
+#include "csrc/runtime/kernels/library_ops.h"
 #include "csrc/runtime/python_op.h"
 #include "csrc/bindings/multi_tensor_bindings.h"
 
@@ -342,6 +343,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),
         "'auto' (AVX-512 when the processor has it), 'avx512' or 'portable' (tests run both).");
 
+  m.def("allow_library_op", &kernels::allow_library_op, py::arg("qualified"),
+        "Lets ATenOp call the dispatcher operator 'namespace::name.overload' of a library other "
+        "than aten (the ATen fallback routes it while exporting).");
+  m.def("allowed_library_ops", &kernels::allowed_library_ops,
+        "The operators of other libraries than aten that ATenOp may call in this process.");
   m.def("live_runs", [] {
         return py::make_tuple(LiveCount<RunContext>::alive.load(), LiveCount<BackwardRun>::alive.load());
       },

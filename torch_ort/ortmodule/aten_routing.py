@@ -46,14 +46,26 @@ from torch_ort.ortmodule.translations.aten_op import (
 MAX_EXPORTS = 6  # one export per round of newly found ops; more means something keeps failing
 
 
+# Namespaces whose operators never take the ATen fallback: collectives and other side effects,
+# the exporter's own decompositions (prims) and higher-order operators.
+NOT_ROUTED = frozenset({"prims", "prim", "higher_order", "c10d", "_c10d_functional", "c10d_functional",
+                        "_c10d_functional_autograd", "_dtensor", "profiler", "onnx", "onnx_symbolic"})
+
+
 def resolve_aten(target) -> OpOverload | None:
-    """The aten OpOverload of an FX target or its printed form 'aten.cumsum.default', always the
+    """The OpOverload of an FX target or its printed form 'aten.cumsum.default', always the
     torch.ops object: copies (a node's meta after the exporter's passes) are different keys for
-    the exporter's registry and decomposition tables."""
+    the exporter's registry and decomposition tables. Besides aten, any library's operator
+    registered with torch.library ('transformers.grouped_mm_fallback.default', the user's own),
+    except the NOT_ROUTED namespaces."""
     parts = str(target).split(".")
-    if len(parts) != 3 or parts[0] != "aten":
+    if len(parts) != 3 or parts[0] in NOT_ROUTED:
         return None
-    packet = getattr(torch.ops.aten, parts[1], None)
+    try:
+        namespace = getattr(torch.ops, parts[0])
+    except (AttributeError, RuntimeError):
+        return None
+    packet = getattr(namespace, parts[1], None)
     overload = getattr(packet, parts[2], None) if packet is not None else None
     return overload if is_op_overload(overload) else None
 
@@ -97,6 +109,9 @@ class AtenFallback:
                 continue
             self.reasons[op] = why
             self._translations[op] = translation
+            if not qualified_name(op).startswith("aten::"):  # another library's: ATenOp may call it
+                from torch_ort import _C
+                _C.allow_library_op(qualified_name(op))
             LOGGER.info("ATen fallback: %s runs through the ATen dispatcher (%s)", qualified_name(op), why)
             new = True
         return new

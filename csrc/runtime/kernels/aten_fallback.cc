@@ -2,7 +2,9 @@
 // with PyTorch autograd as its backward. The attribute encoding is written down in
 // torch_ort/ortmodule/translations/aten_op.py; the extra training outputs in
 // csrc/core/autodiff/aten_op.h.
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,33 @@
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/kernels/autograd_node.h"
 #include "csrc/runtime/kernels/common.h"
+#include "csrc/runtime/kernels/library_ops.h"
 
 namespace torch_ort::kernels {
+
+namespace {
+std::mutex library_mutex;
+std::set<std::string>& library_ops() {
+  static std::set<std::string> ops;
+  return ops;
+}
+}  // namespace
+
+void allow_library_op(const std::string& qualified) {
+  std::lock_guard<std::mutex> lock(library_mutex);
+  library_ops().insert(qualified);
+}
+
+bool library_op_allowed(const std::string& qualified) {
+  std::lock_guard<std::mutex> lock(library_mutex);
+  return library_ops().count(qualified) != 0;
+}
+
+std::vector<std::string> allowed_library_ops() {
+  std::lock_guard<std::mutex> lock(library_mutex);
+  return {library_ops().begin(), library_ops().end()};
+}
+
 namespace {
 
 std::string op_name(const KernelCtx& c) { return c.attrs.get_string("aten_op", "?"); }
@@ -30,11 +57,12 @@ c10::OperatorHandle find_op(const KernelCtx& c) {
   const size_t dot = full.find('.', ns == std::string::npos ? 0 : ns);
   if (ns == std::string::npos || dot == std::string::npos)
     c.fail("attribute aten_op must read 'namespace::name.overload', got '" + full + "'");
-  // Only aten:: operators, as the ATen fallback exports them: other namespaces hold operators
-  // implemented in Python (torch.library) or with side effects (collectives) that no model file
-  // may name.
-  if (full.compare(0, ns, "aten") != 0 || ns != 4)
-    c.fail("ATenOp runs aten:: operators only; the graph names '" + full + "'");
+  // aten:: operators, and the other libraries' operators this process routed (library_ops.h):
+  // other namespaces hold operators implemented in Python (torch.library) or with side effects
+  // (collectives) that no model file may name on its own.
+  if ((full.compare(0, ns, "aten") != 0 || ns != 4) && !library_op_allowed(full))
+    c.fail("ATenOp runs aten:: operators and the operators of other libraries that this process "
+           "routed through the ATen fallback while exporting; the graph names '" + full + "'");
   const std::string name = full.substr(0, dot), overload = full.substr(dot + 1);
   auto op = c10::Dispatcher::singleton().findSchema({name, overload == "default" ? "" : overload});
   if (!op) c.fail("no ATen operator " + full + " in this PyTorch build");

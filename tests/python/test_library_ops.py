@@ -1,0 +1,140 @@
+"""Operators registered by other libraries (torch.library: transformers, Liger, the user's own)
+with no ONNX translation run inside the engine's graph as ATen fallback nodes: called through the
+dispatcher with their registered autograd, exported once, shapes from their fake implementation.
+Mixture-of-experts models of transformers, whose experts run through its own grouped_mm operator,
+train in the engine that way."""
+import copy
+
+import onnx
+import pytest
+import torch
+import transformers
+
+from torch_ort import ORTModule, _C
+from torch_ort.ortmodule import ORTModuleTorchModelException
+
+
+@torch.library.custom_op("torch_ort_test::scaled_tanh", mutates_args=())
+def scaled_tanh(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.tanh(x) * scale
+
+
+@scaled_tanh.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+CALLS = {"backward": 0}
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.scale = inputs[1]
+
+
+def _backward(ctx, grad):
+    CALLS["backward"] += 1  # the registered autograd is what differentiates it
+    (y,) = ctx.saved_tensors
+    return grad * (ctx.scale - y * y / ctx.scale), None
+
+
+scaled_tanh.register_autograd(_backward, setup_context=_setup)
+
+
+@torch.library.custom_op("torch_ort_test::no_fake", mutates_args=())
+def no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+class WithCustomOp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 8)
+        self.fc2 = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(scaled_tanh(self.fc1(x), 1.5)).pow(2).mean()
+
+
+class WithoutFake(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return no_fake(self.fc(x)).sum()
+
+
+def _aten_ops(ours):
+    (runner,) = ours._plan_cache.runners()
+    (engine,) = runner._engines.values()
+    graph = onnx.load_from_string(engine.training_graph_onnx()).graph
+    return {a.s.decode() for n in graph.node if n.op_type == "ATenOp" for a in n.attribute if a.name == "aten_op"}
+
+
+def _train_with_parity(make, batches, lr=1e-2, loss_of=lambda out: out, **kw):
+    torch.manual_seed(0)
+    eager = make()
+    ours = ORTModule(copy.deepcopy(eager))
+    opts = [torch.optim.AdamW(m.parameters(), lr=lr) for m in (eager, ours)]
+    for batch in batches:
+        losses = []
+        for m, opt in zip((eager, ours), opts):
+            opt.zero_grad()
+            loss = loss_of(m(*batch, **kw)) if isinstance(batch, tuple) else loss_of(m(**batch, **kw))
+            loss.backward()
+            losses.append(loss)
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-6)
+        for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
+            assert (po.grad is None) == (pe.grad is None), name
+            if pe.grad is not None:
+                torch.testing.assert_close(po.grad, pe.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        for opt in opts:
+            opt.step()
+    return ours
+
+
+def test_user_custom_op_runs_in_the_graph_with_its_autograd(strict):
+    g = torch.Generator().manual_seed(1)
+    before = CALLS["backward"]
+    ours = _train_with_parity(WithCustomOp, [(torch.randn(n, 6, generator=g),) for n in (4, 7, 5)])
+    assert ours.export_count == 1
+    assert _aten_ops(ours) == {"torch_ort_test::scaled_tanh.default"}
+    assert CALLS["backward"] - before == 6  # eager's three and the engine's three
+    assert "torch_ort_test::scaled_tanh.default" in _C.allowed_library_ops()
+
+
+def test_custom_op_without_fake_implementation_is_named(strict):
+    with pytest.raises(ORTModuleTorchModelException, match=r"no fake impl registered for .*torch_ort_test::no_fake"):
+        ORTModule(WithoutFake())(torch.randn(2, 4)).backward()
+
+
+def _mixtral():
+    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02)
+    return transformers.MixtralForCausalLM(cfg)
+
+
+def _qwen2_moe():
+    cfg = transformers.Qwen2MoeConfig(vocab_size=128, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                      decoder_sparse_step=1, output_router_logits=True)
+    return transformers.Qwen2MoeForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("make", [_mixtral, _qwen2_moe], ids=["mixtral", "qwen2_moe"])
+def test_moe_with_grouped_mm_trains_in_the_engine(strict, make):
+    """Token-to-expert routing (TopK, one-hot, scatter) runs on our kernels, the experts through
+    transformers' grouped_mm operator as an ATen fallback node; the load-balancing loss included,
+    every sequence length dynamic, one export."""
+    assert make().config._experts_implementation == "grouped_mm"
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for t in (8, 11, 6):
+        ids = torch.randint(0, 128, (2, t), generator=g)
+        batches.append(dict(input_ids=ids, labels=ids))
+    ours = _train_with_parity(make, batches, loss_of=lambda out: out.loss)
+    assert ours.export_count == 1
+    assert _aten_ops(ours) == {"transformers::grouped_mm_fallback.default"}
