@@ -4,8 +4,8 @@
     optimizer = torch_ort.optim.FusedAdam(model.parameters(), lr=1e-4)  # torch.optim.AdamW's update
 """
 from torch_ort import optim, utils
-from torch_ort.ortmodule import (DebugOptions, FallbackStatus, LogLevel, ORTModule, ORTModuleFallbackWarning,
-                                 SubmoduleStatus)
+from torch_ort.ortmodule import (ConfigurationWarning, DebugOptions, FallbackStatus, LogLevel, ORTModule,
+                                 ORTModuleFallbackWarning, SubmoduleStatus, TorchOrtWarning)
 
 
 def pass_names() -> list[str]:
@@ -17,5 +17,6 @@ def pass_names() -> list[str]:
 
 
 __all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus",
-           "ORTModuleFallbackWarning", "optim", "pass_names", "utils"]
+           "ORTModuleFallbackWarning", "TorchOrtWarning", "ConfigurationWarning", "optim", "pass_names",
+           "utils"]
 __version__ = "0.1.0"

@@ -2,12 +2,14 @@
 values refused with the valid ones listed. (Fallback flags: test_fallback_policy.py; custom
 autograd: test_python_op.py; checkpoint: test_checkpoint.py; ATen fallback: test_bad_input.py.)"""
 import logging
+import os
+import warnings
 
 import onnx
 import pytest
 import torch
 
-from torch_ort import DebugOptions, LogLevel, ORTModule
+from torch_ort import ConfigurationWarning, DebugOptions, LogLevel, ORTModule
 from torch_ort.ortmodule.variables import VARIABLES, RecomputePlan, Settings
 
 ORT_NAMES = {  # ../shared/ORT_REFERENCE.md's table
@@ -208,16 +210,22 @@ def test_save_onnx_uses_onnx_runtimes_file_names_per_mode(monkeypatch, tmp_path)
     assert any(n.op_type.endswith("Grad") for n in run.node)
 
 
-def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch, torch_ort_log):
+def _told(record, needle):
+    return [str(w.message) for w in record if issubclass(w.category, ConfigurationWarning) and needle in str(w.message)]
+
+
+def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch):
     from torch_ort.ortmodule import variables
     monkeypatch.setattr(variables, "_told", set())
     assert not {v.name for v in variables.ORT_ONLY} & {v.name for v in VARIABLES}
     monkeypatch.setenv("ORTMODULE_PRINT_INPUT_DENSITY", "1")
     monkeypatch.setenv("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
-    for _ in range(2):
-        ORTModule(Small())(torch.randn(2, 4))
-    told = [m for m in messages(torch_ort_log, logging.WARNING) if "has no effect in torch_ort" in m]
-    assert len(told) == 2, told  # one line per variable, not per module
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            ORTModule(Small())(torch.randn(2, 4))
+    told = _told(record, "has no effect in torch_ort")
+    assert len(told) == 2, told  # one warning per variable, not per module
     assert any(m.startswith("ORTMODULE_PRINT_INPUT_DENSITY is ONNX Runtime's") and "ignore_index" in m
                for m in told)
 
@@ -236,28 +244,45 @@ def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
     assert ort_1_19 <= {v.name for v in VARIABLES} | {v.name for v in ORT_ONLY}
 
 
-def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch, torch_ort_log):
+def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch):
     from torch_ort.ortmodule import variables
     monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_USE_TRITON", "1")
-    for _ in range(2):
-        Settings.from_env()
-    told = [m for m in messages(torch_ort_log, logging.WARNING) if "ORTMODULE_USE_TRITON" in m]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            Settings.from_env()
+    told = _told(record, "ORTMODULE_USE_TRITON")
     assert len(told) == 1 and "has no effect in torch_ort" in told[0] and "Triton" in told[0], told
 
 
-def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch, torch_ort_log):
+def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch):
     from torch_ort.ortmodule import variables
     monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LVL", "1")
     monkeypatch.setenv("ORTMODULE_ZZZ", "1")
-    for _ in range(2):
-        ORTModule(Small())
-    told = [m for m in messages(torch_ort_log, logging.WARNING) if "is not a torch_ort or ONNX" in m]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            ORTModule(Small())
+    told = _told(record, "is not a torch_ort or ONNX")
     assert len(told) == 2, told
     assert any(m.startswith("ORTMODULE_MEMORY_OPT_LVL ") and "did you mean ORTMODULE_MEMORY_OPT_LEVEL?" in m
                for m in told), told
     assert any(m.startswith("ORTMODULE_ZZZ ") and "docs/configuration.md" in m for m in told), told
+
+
+def test_a_misspelled_variable_is_seen_with_default_settings(tmp_path):
+    """No logging configured, Python's default warning filters: the user sees it on stderr."""
+    import subprocess
+    import sys
+    env = {**os.environ, "ORTMODULE_MEMORY_OPT_LVL": "1"}
+    env.pop("PYTHONWARNINGS", None)
+    code = "import torch, torch_ort; torch_ort.ORTModule(torch.nn.Linear(2, 2))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ConfigurationWarning: ORTMODULE_MEMORY_OPT_LVL is not a torch_ort or ONNX Runtime variable" in done.stderr
+    assert "did you mean ORTMODULE_MEMORY_OPT_LEVEL?" in done.stderr
 
 
 def record(level):

@@ -4,10 +4,12 @@ when asked for, and the root logger is never touched. Also DEVINFO and DebugOpti
 import logging
 import pathlib
 import re
+import warnings
 
 import pytest
 import torch
 
+import torch_ort
 from torch_ort import DebugOptions, LogLevel, ORTModule
 from torch_ort.ortmodule import debug_options
 from torch_ort.ortmodule.debug_options import LOGGER, RANK_FILTER
@@ -126,10 +128,41 @@ def test_devinfo_is_info_on_every_rank(monkeypatch, text):
 def test_debug_options_config_is_accepted_and_said_to_have_no_effect(monkeypatch, torch_ort_log):
     """ONNX Runtime 1.19's DebugOptions takes `config` (fifth, after save_path) and reads it nowhere."""
     monkeypatch.setattr(debug_options, "_config_told", False)
-    assert DebugOptions(config=None).config is None
-    assert not torch_ort_log
-    positional = DebugOptions(LogLevel.INFO, False, "", "", {"any": "thing"})
-    assert positional.config == {"any": "thing"}
-    DebugOptions(config="x")
-    told = [r.getMessage() for r in torch_ort_log if "config" in r.getMessage()]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert DebugOptions(config=None).config is None
+        assert not record
+        positional = DebugOptions(LogLevel.INFO, False, "", "", {"any": "thing"})
+        assert positional.config == {"any": "thing"}
+        DebugOptions(config="x")
+    told = [str(w.message) for w in record if issubclass(w.category, torch_ort.ConfigurationWarning)]
     assert len(told) == 1 and "has no effect" in told[0] and told[0].startswith("DebugOptions(config=dict)")
+    assert not torch_ort_log  # a warning, not a log record too
+
+
+class WarnsInForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        warnings.warn("a warning of the model's own code", UserWarning)
+        return self.fc(x).sum()
+
+
+def test_export_keeps_the_models_warnings_and_the_users_logger_levels(strict):
+    """The export quiets torch's, onnx's and onnxscript's own warnings and loggers, within the
+    export only: a warning the model's code issues still shows, a level the user set on one of
+    those loggers stays theirs, and every level is as it was afterwards."""
+    onnx_logger = logging.getLogger("torch.onnx")
+    export_logger = logging.getLogger("torch.export")
+    before = export_logger.level
+    onnx_logger.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            ORTModule(WarnsInForward())(torch.randn(3, 4)).backward()
+        assert any("a warning of the model's own code" in str(w.message) for w in record)
+        assert onnx_logger.level == logging.INFO and export_logger.level == before
+    finally:
+        onnx_logger.setLevel(logging.NOTSET)

@@ -11,7 +11,7 @@ from torch_ort.ortmodule.fallback_policy import (
     ORTModuleONNXModelException,
     ORTModuleTorchModelException,
 )
-from torch_ort.ortmodule.debug_options import DebugOptions, LogLevel
+from torch_ort.ortmodule.debug_options import ConfigurationWarning, DebugOptions, LogLevel, TorchOrtWarning
 from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
 from torch_ort.ortmodule.runner import MemoryBudgetError
@@ -21,5 +21,5 @@ __all__ = [
     "ORTModuleFallbackWarning", "SubmoduleStatus", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
     "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
-    "MemoryBudgetError",
+    "MemoryBudgetError", "TorchOrtWarning", "ConfigurationWarning",
 ]

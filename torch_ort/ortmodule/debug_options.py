@@ -1,18 +1,33 @@
-"""DebugOptions, LogLevel and the `torch_ort` logger (every ORTMODULE_* variable is in variables.py).
+"""DebugOptions, LogLevel, the `torch_ort` logger and torch_ort's warning classes (every
+ORTMODULE_* variable is in variables.py).
 
-torch_ort logs as a library does: every record goes to the `torch_ort` logger, which has only a
-NullHandler and propagates, so the application's logging configuration (`logging.basicConfig`,
-its own handlers) decides where records go. Its level is set only when the user asks for one
-(DebugOptions(log_level=...) or ORTMODULE_LOG_LEVEL); the root logger is never touched."""
+What the user must act on (a misspelled or ONNX-Runtime-only variable, an option with no effect,
+a fallback to eager PyTorch) is a `warnings.warn` of a TorchOrtWarning class, shown with Python's
+default settings. Events (exports, builds, the plans chosen) are log records: every record goes
+to the `torch_ort` logger, which has only a NullHandler and propagates, so the application's
+logging configuration (`logging.basicConfig`, its own handlers) decides where records go. Its
+level is set only when the user asks for one (DebugOptions(log_level=...) or
+ORTMODULE_LOG_LEVEL); the root logger is never touched."""
 from __future__ import annotations
 
 import enum
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 
 LOGGER = logging.getLogger("torch_ort")
 LOGGER.addHandler(logging.NullHandler())  # handlers are the application's choice, not ours
+
+
+class TorchOrtWarning(UserWarning):
+    """Base of torch_ort's warnings: filter them all with
+    warnings.filterwarnings("ignore", category=torch_ort.TorchOrtWarning)."""
+
+
+class ConfigurationWarning(TorchOrtWarning):
+    """A setting that has no effect: an ORTMODULE_* variable that is misspelled or only ONNX
+    Runtime's, an argument ONNX Runtime accepted and torch_ort reads nowhere."""
 
 
 class LogLevel(enum.IntEnum):
@@ -184,6 +199,6 @@ def _tell_config_unused(config) -> None:
     global _config_told
     if not _config_told:
         _config_told = True
-        LOGGER.warning("DebugOptions(config=%s) has no effect: ONNX Runtime 1.19 accepts the argument "
-                       "and reads it nowhere, and so does torch_ort (docs/migration.md)",
-                       type(config).__name__)
+        warnings.warn(f"DebugOptions(config={type(config).__name__}) has no effect: ONNX Runtime 1.19 "
+                      "accepts the argument and reads it nowhere, and so does torch_ort (docs/migration.md)",
+                      ConfigurationWarning, stacklevel=4)

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import io
 import logging
+import os
 import re
 import sys
 import threading
@@ -88,24 +89,35 @@ class _ThreadStderr:
         return getattr(self._real, name)
 
 
+# The libraries whose warnings an export silences (the model's own code keeps its warnings).
+_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)"
+
+
 @contextlib.contextmanager
 def _quiet_exporter():
-    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable. Its loggers'
-    levels and the warning filters are process-wide: while an export runs (serialised by
-    EXPORT_LOCK), other threads' warnings are not shown either; their stderr is."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
-                                               "torch.fx.experimental.symbolic_shapes", "onnxscript")]
-    levels = [lg.level for lg in loggers]
+    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable, within the
+    export only: its loggers are set to ERROR and the warnings issued from torch, onnx and
+    onnxscript code are ignored, both restored when the export ends. Nothing is quieted when the
+    user asked to see it: TORCH_LOGS set, a level set on one of those loggers, or torch_ort's own
+    log at VERBOSE. The logger levels and warning filters are process-wide: while an export runs
+    (serialised by EXPORT_LOCK), another thread's warnings from those libraries are not shown."""
+    if os.environ.get("TORCH_LOGS") or LOGGER.getEffectiveLevel() <= logging.DEBUG:
+        yield
+        return
+    loggers = [lg for lg in (logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
+                                                               "torch.fx.experimental.symbolic_shapes",
+                                                               "onnxscript"))
+               if lg.level == logging.NOTSET]  # a level someone set is theirs
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     stderr = io.StringIO()  # torch.export prints partial graphs of a failed capture to stderr
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(_ThreadStderr(sys.stderr, stderr)):
-            warnings.simplefilter("ignore")
+            warnings.filterwarnings("ignore", module=_EXPORTER_MODULES)
             yield
     finally:
-        for lg, lv in zip(loggers, levels):
-            lg.setLevel(lv)
+        for lg in loggers:
+            lg.setLevel(logging.NOTSET)
         if stderr.getvalue().strip():
             LOGGER.debug("exporter output:\n%s", stderr.getvalue())
 

@@ -5,7 +5,7 @@ import dataclasses
 import enum
 import warnings
 
-from torch_ort.ortmodule.debug_options import LOGGER, parse_flags
+from torch_ort.ortmodule.debug_options import LOGGER, TorchOrtWarning, parse_flags
 
 
 class FallbackPolicy(enum.IntFlag):
@@ -34,7 +34,7 @@ def parse_policy(text: str) -> FallbackPolicy:
     return parse_flags(FallbackPolicy, "FALLBACK_", "ORTMODULE_FALLBACK_POLICY", text)
 
 
-class ORTModuleFallbackWarning(UserWarning):
+class ORTModuleFallbackWarning(TorchOrtWarning):
     """The one warning of a fallback to eager PyTorch. Filter it by class, or make every fallback
     an error: warnings.simplefilter("error", ORTModuleFallbackWarning)."""
 

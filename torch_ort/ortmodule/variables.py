@@ -15,11 +15,12 @@ import enum
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from torch_ort.ortmodule.fallback_policy import DEFAULT_POLICY, FallbackPolicy, parse_policy
-from torch_ort.ortmodule.debug_options import LOGGER, LogLevel, parse_flags, parse_log_level
+from torch_ort.ortmodule.debug_options import ConfigurationWarning, LogLevel, parse_flags, parse_log_level
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -349,8 +350,8 @@ def _tell_unread(environ) -> None:
         if name in ort_only:
             if environ[name].strip():
                 _told.add(name)
-                LOGGER.warning("%s is ONNX Runtime's and has no effect in torch_ort: %s "
-                               "(docs/migration.md)", name, ort_only[name])
+                warnings.warn(f"{name} is ONNX Runtime's and has no effect in torch_ort: "
+                              f"{ort_only[name]} (docs/migration.md)", ConfigurationWarning, stacklevel=2)
             continue
         _told.add(name)
         # compared without the shared prefix, which would make every name look close
@@ -359,7 +360,8 @@ def _tell_unread(environ) -> None:
                                           n=1, cutoff=0.6)
         hint = (f"did you mean ORTMODULE_{close[0]}?" if close
                 else "the variables are listed in docs/configuration.md")
-        LOGGER.warning("%s is not a torch_ort or ONNX Runtime variable and is ignored; %s", name, hint)
+        warnings.warn(f"{name} is not a torch_ort or ONNX Runtime variable and is ignored; {hint}",
+                      ConfigurationWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)
