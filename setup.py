@@ -122,6 +122,16 @@ def build():
         (quick when they are there already)."""
 
         def run(self):
+            # The torch this build compiles against, read before loading the extension
+            # (torch_ort/_extension.py); into the tree (--inplace) and the build folder (wheels).
+            info = ('"""Written by setup.py: the torch torch_ort._C was compiled against, and the CUDA\n'
+                    'architectures of torch_ort._C_cuda (empty: not built)."""\n'
+                    f'TORCH_VERSION = "{torch.__version__}"\n'
+                    f'CUDA_ARCHS = "{os.environ.get("TORCH_CUDA_ARCH_LIST", "") if cuda else ""}"\n')
+            for base in {ROOT, os.path.abspath(self.build_lib)}:
+                if os.path.isdir(os.path.join(base, "torch_ort")):
+                    with open(os.path.join(base, "torch_ort", "_build_info.py"), "w") as f:
+                        f.write(info)
             protobuf = script("build_protobuf")
             try:
                 protobuf.ensure()
@@ -132,11 +142,21 @@ def build():
     # The extension follows torch's C++ ABI, which changes between minor releases: the wheel
     # names the torch it compiled against in its local version ("0.1.0+torch2.15") and requires
     # that minor release.
+    spec = importlib.util.spec_from_file_location("torch_ort_extension", os.path.join(ROOT, "torch_ort", "_extension.py"))
+    extension = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extension)
+    if not extension.supported(torch.__version__):  # refused before compiling anything
+        lo, hi = (".".join(map(str, v)) for v in extension.SUPPORTED)
+        raise SystemExit(f"torch_ort: torch {torch.__version__} is installed; torch_ort supports torch {lo} "
+                         f"to {hi}. Install a supported torch first (pip install 'torch>={lo},<="
+                         f"{hi}.*').")
     major, minor = torch.__version__.split(".")[:2]
+    modules = extensions(cpp_extension)
+    cuda = any(m.name == "torch_ort._C_cuda" for m in modules)
     setup(
         version=f"{our_version()}+torch{major}.{minor}",
         install_requires=[f"torch=={major}.{minor}.*"] + DEPENDENCIES,
-        ext_modules=extensions(cpp_extension),
+        ext_modules=modules,
         cmdclass={"build_ext": Build.with_options(use_ninja=True)},
     )
 

@@ -8,6 +8,15 @@ from torch_ort.ortmodule import (ConfigurationWarning, DebugOptions, FallbackSta
                                  ORTModuleFallbackWarning, SubmoduleStatus, TorchOrtWarning)
 
 
+def __getattr__(name: str):
+    """torch_ort._C and torch_ort._C_cuda load on first use, checked against the running torch
+    (torch_ort/_extension.py)."""
+    if name in ("_C", "_C_cuda"):
+        from torch_ort import _extension
+        return _extension.load(name)
+    raise AttributeError(f"module 'torch_ort' has no attribute {name!r}")
+
+
 def pass_names() -> list[str]:
     """The engine's graph passes that can be disabled (ORTMODULE_DISABLED_PASSES), in pipeline
     order; the lowerings it cannot run without are left out."""

@@ -16,8 +16,6 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .. import _C
-
 _cuda = None
 
 SYNC_FREE_ON_CPU = False
@@ -31,12 +29,16 @@ def sync_free(device: torch.device) -> bool:
 def backend(device: torch.device):
     """The kernel module for tensors on `device`; a clear error where there is none."""
     if device.type == "cpu":
+        from .. import _C  # loaded on first use, checked against the running torch
         return _C
     if device.type == "cuda":
         global _cuda
         if _cuda is None:
+            from .._extension import TorchVersionError
             try:
                 from .. import _C_cuda
+            except TorchVersionError:
+                raise
             except ImportError as e:
                 raise RuntimeError(
                     "torch_ort.optim has no CUDA kernels in this build: torch_ort._C_cuda was not "
