@@ -4,8 +4,8 @@
 Everything comes from PyPI, so no root, apt or system protobuf is needed:
   * the C++ sources of protobuf and abseil from the grpcio-tools source distribution (PyPI's
     protobuf sdist holds only upb), downloaded once and checked against a pinned SHA-256;
-  * protoc from the grpcio-tools wheel of the same version (``python -m grpc_tools.protoc``), so
-    the generated classes and the runtime they compile against are one protobuf release.
+  * protoc compiled here from those same sources (C++ generator only), so the generated classes
+    and the runtime they compile against are one protobuf release.
 
 Why a private copy at all:
   * libtorch_cpu.so exports google::protobuf symbols of ANOTHER protobuf version; a shared system
@@ -45,7 +45,6 @@ import urllib.parse
 import urllib.request
 
 # The protobuf release (C++ 7.35.1 = protobuf 35.1) and abseil that grpcio-tools 1.85.1 carries.
-# pyproject.toml's build requirements pin the same grpcio-tools, whose protoc must match.
 GRPC_TOOLS_VERSION = "1.85.1"
 GRPC_TOOLS_SDIST = f"grpcio_tools-{GRPC_TOOLS_VERSION}.tar.gz"
 GRPC_TOOLS_SHA256 = "d6f1ee213a07de9462c90ee5debe4a78dff20306a0fb394a65d48b2f94fe31a1"

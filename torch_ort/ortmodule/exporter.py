@@ -157,7 +157,7 @@ def _explain_failure(module: torch.nn.Module, error: BaseException) -> str:
         message += f" — at {where.group(1)}:{where.group(2)} in {where.group(3)}: `{where.group(4).strip()}`"
     if "data-dependent" in text or "DataDependent" in type(root).__name__:
         message += ". " + _DATA_DEPENDENT_HINT
-    return message + " (ORTMODULE_LOG_LEVEL=VERBOSE logs the exporter's full report)"
+    return message + " (ORTMODULE_LOG_LEVEL=VERBOSE logs the exporter's whole error and output)"
 
 
 def _dynamic_shapes(module, args, kwargs, static: dict):
