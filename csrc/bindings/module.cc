@@ -45,6 +45,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["to_device_backward"] = s.to_device_backward;
   d["host_cacheable_forward"] = s.host_cacheable_forward;
   d["host_cacheable_backward"] = s.host_cacheable_backward;
+  d["op_counts"] = s.op_counts;
   return d;
 }
 

@@ -74,6 +74,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   for (const auto* steps : {&forward_steps_, &backward_steps_})
     for (const CompiledStep& s : *steps) {
       opaque_ |= torch_ort::runs_opaque_code(*s.node);
+      ++stats_.op_counts[s.node->domain.empty() ? s.node->op_type : s.node->domain + "::" + s.node->op_type];
       if (s.node->domain != kOurDomain) continue;
       const bool fwd = steps == &forward_steps_;
       if (s.node->op_type == kToHost) ++(fwd ? stats_.to_host_forward : stats_.to_host_backward);

@@ -100,6 +100,8 @@ struct EngineStats {
   int64_t to_device_forward = 0, to_device_backward = 0;  // ToDevice nodes (cached uploads)
   // Host steps computed once per input-shape signature (host_cache.h), per phase.
   int64_t host_cacheable_forward = 0, host_cacheable_backward = 0;
+  // The executed graph's nodes per op, "op_type" (ONNX) or "domain::op_type" (constants folded away).
+  std::map<std::string, int64_t> op_counts;
 };
 
 // The memory report of an engine for one call's input sizes: the static estimate and the

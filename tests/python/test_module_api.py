@@ -238,3 +238,27 @@ def test_package_is_typed():
         assert not untyped, f"ORTModule.{name}: {untyped} have no type hint"
     for prop in ("module", "fallback"):
         assert "return" in getattr(ORTModule, prop).fget.__annotations__, prop
+
+
+class Shuffled(torch.nn.Module):
+    """pixel_shuffle has no kernel of ours: one operator through the ATen fallback."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.pixel_shuffle(self.fc(x).reshape(-1, 8, 1, 1), 2).pow(2).mean()
+
+
+def test_stats_report_times_op_counts_and_routed_operators(strict):
+    ours = ORTModule(Shuffled())
+    before = ours.stats()
+    assert before["export_seconds"] == before["build_seconds"] == 0.0 and before["op_counts"] == {}
+    ours(torch.randn(3, 6)).backward()
+    st = ours.stats()
+    assert st["export_seconds"] > 0 and st["build_seconds"] > 0
+    counts = st["op_counts"]
+    assert counts["com.torch_ort::ATenOp"] == 1 and counts["com.torch_ort::ATenOpGrad"] == 1
+    assert all(isinstance(k, str) and v > 0 for k, v in counts.items())
+    assert st["aten_fallback_ops"] == ["aten::pixel_shuffle.default"]

@@ -89,8 +89,9 @@ class _ThreadStderr:
         return getattr(self._real, name)
 
 
-# The libraries whose warnings an export silences (the model's own code keeps its warnings).
-_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)"
+# The libraries whose warnings an export silences (the model's own code keeps its warnings), and
+# this module, where torch.onnx's warnings about the export call itself point.
+_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)|torch_ort\.ortmodule\.exporter$"
 
 
 @contextlib.contextmanager

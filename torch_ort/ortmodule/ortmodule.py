@@ -549,7 +549,10 @@ class ORTModule(torch.nn.Module):
         read per forward), `label_density` — the share of labels that counted in the last
         forward's label sparsity (None when it did not run), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
         call's graph (runner.MemoryPlan: recompute level, LM-head chunk, predicted peak; None
-        without a budget), and `fallback`: None, or why the module runs in eager PyTorch
+        without a budget), `export_seconds` and `build_seconds` — what the last call's graph took to
+        export (0 when ORTMODULE_CACHE_DIR had it) and its engine to build, `op_counts` — the
+        executed graph's nodes per op (ours as "com.torch_ort::Op"), `aten_fallback_ops` — the
+        operators routed through the ATen fallback, and `fallback`: None, or why the module runs in eager PyTorch
         and, under partial acceleration, which of its submodules run in the engine
         (ORTModule.fallback)."""
         engine = self._last_engine
@@ -571,6 +574,10 @@ class ORTModule(torch.nn.Module):
             "label_sparsity": "label_sparsity" in st.get("passes_changed", ()),
             "label_density": _density(engine),
             "memory_plan": self._last_runner.memory_plan if self._last_runner is not None else None,
+            "export_seconds": self._last_runner.export.seconds if self._last_runner is not None else 0.0,
+            "build_seconds": self._last_runner.build_seconds if self._last_runner is not None else 0.0,
+            "op_counts": dict(st.get("op_counts", {})),
+            "aten_fallback_ops": sorted(qualified_name(op) for op in self._aten_fallback.reasons),
             "fallback": self.fallback,
         }
 

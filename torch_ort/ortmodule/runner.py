@@ -3,6 +3,7 @@ training engine per set of requires-grad flags, and an inference engine."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -119,6 +120,7 @@ class GraphRunner:
         self._schema = schema
         self.memory_plan: MemoryPlan | None = None  # ORTMODULE_MEMORY_BUDGET's choice
         self.engines_built = 0  # engines compiled, over all exports (ATen fallback rounds included)
+        self.build_seconds = 0.0  # the last engine build's (a budget's trial builds included)
         self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
         self._shared = shared
         self._shared_key = None  # its entry in `shared`
@@ -332,6 +334,7 @@ class GraphRunner:
         _C = _load_extension()
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
+        start = time.perf_counter()
         st = self._settings
         recompute = [(p.cluster, p.strategy, p.count) for p in st.memory_opt_config]
 
@@ -359,6 +362,7 @@ class GraphRunner:
                 return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         self.engines_built += 1
+        self.build_seconds = time.perf_counter() - start
         stats = engine.stats()
         if training:
             LOGGER.info("training graph: %d forward nodes, %d backward nodes (%d recomputed); saved "
