@@ -15,7 +15,7 @@
 #   scripts/gpu_check.sh --budget 900             # seconds for everything (default: the profile's)
 #   scripts/gpu_check.sh --carry                  # the ignored paths a copy of the tree needs (docs/gpu.md)
 #   scripts/gpu_check.sh --dry-run ...            # compile nothing; see scripts/gpu_dry_run.py
-# Parts: build probe tests-core tests-rest examples bench-first bench-second cpu-tests.
+# Parts: build diagnose probe tests-core tests-rest examples bench-first bench-second cpu-tests.
 # Each part runs with what is left of the budget (some with a cap of their own); the benchmark
 # starts no variant after the budget and says which it did not run. Python: python3 (or $PYTHON);
 # this checkout is put on PYTHONPATH, so nothing needs to be installed. MAX_JOBS defaults to the
@@ -45,13 +45,13 @@ while (($#)); do
   esac
 done
 case $PROFILE in
-  first) : "${PARTS:=build,probe,tests-core,bench-first}" "${BUDGET:=450}" ;;
-  second) : "${PARTS:=build,tests-rest,examples,bench-second}" "${BUDGET:=540}" ;;
+  first) : "${PARTS:=build,diagnose,probe,tests-core,bench-first}" "${BUDGET:=450}" ;;
+  second) : "${PARTS:=build,diagnose,tests-rest,examples,bench-second}" "${BUDGET:=540}" ;;
   *) echo "gpu_check: unknown profile '$PROFILE' (first, second)" >&2; exit 2 ;;
 esac
 for p in ${PARTS//,/ }; do
   case $p in
-    build|probe|tests-core|tests-rest|examples|bench-first|bench-second|cpu-tests) ;;
+    build|diagnose|probe|tests-core|tests-rest|examples|bench-first|bench-second|cpu-tests) ;;
     *) echo "gpu_check: unknown part '$p'" >&2; exit 2 ;;
   esac
 done
@@ -149,6 +149,8 @@ export PY LOGS SCRATCH DRY_RUN START BUDGET RESERVE OUT_DIR
 for p in ${PARTS//,/ }; do
   case $p in
     build) part build 0 bash -c build ;;
+    diagnose)  # python -m torch_ort: versions, the extensions, a CUDA training step against eager
+      part diagnose 60 $PY -m torch_ort ;;
     probe)  # nanoGPT-124M bf16: what a steady step does, per variant (about a minute)
       part probe 150 bash -c "suite --name gpu_probe --cases nanogpt --variants eager,ortmodule,ortmodule_cg \
         --steps 10 --warmup 3 --probe --no-gemm" ;;

@@ -17,6 +17,15 @@ using testing::T;
 using Ints = std::vector<int64_t>;
 using V = std::vector<std::string>;
 
+TEST(ShapeLinalg, EinsumTakesEachOutputLabelsDimAndDetDropsTheMatrix) {
+  using S = std::string;
+  EXPECT_EQ(infer1("Einsum", {T("[batch,i,j]"), T("[batch,j,k]")}, A({{"equation", S("bij,bjk->bik")}})), "[batch,i,k]");
+  EXPECT_EQ(infer1("Einsum", {T("[1,3,4]"), T("[batch,4,5]")}, A({{"equation", S("bij,bjk->bik")}})), "[batch,3,5]");
+  EXPECT_EQ(infer1("Einsum", {T("[3,3]")}, A({{"equation", S("ii->")}})), "[]");
+  EXPECT_EQ(infer1("Einsum", {T("[2,3,4]"), T("[4]")}, A({{"equation", S("...j,j->...")}})), "[?]");
+  EXPECT_EQ(infer1("Det", {T("[batch,3,3]")}), "[batch]");
+}
+
 TEST(ShapeLinalg, MatMulBatchesBroadcastAndVectorsDropTheirDim) {
   EXPECT_EQ(infer1("MatMul", {T("[batch,784]"), T("[784,128]")}), "[batch,128]");
   EXPECT_EQ(infer1("MatMul", {T("[batch,seq,16]"), T("[16,48]")}), "[batch,seq,48]");

@@ -1,7 +1,11 @@
-// The linalg family: MatMul and Gemm. Kernels: csrc/runtime/kernels/linalg.cc. Our FusedMatMul
+// The linalg family: MatMul, Gemm, Einsum and Det. Kernels: csrc/runtime/kernels/linalg.cc. Our FusedMatMul
 // is in fused.cc.
 // One home per op: its traits line (linalg_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
+#include <algorithm>
+#include <map>
+#include <string>
+
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ops/families.h"
@@ -143,10 +147,52 @@ void gemm_grad(GradCtx& g) {
   }
 }
 
+// Einsum(inputs...; equation): each output label takes the dim its first input operand gives it
+// (a label that is 1 there and more elsewhere is left unknown: broadcast). Equations with "..." or
+// without "->" are left to the kernel (unknown shape).
+void einsum_shape(ShapeCtx& c) {
+  const std::string eq = c.attrs().get_string("equation", "");
+  const size_t arrow = eq.find("->");
+  if (arrow == std::string::npos || eq.find("...") != std::string::npos) return;
+  std::map<char, Dim> dims;
+  size_t start = 0;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    const size_t end = std::min(eq.find(',', start), arrow);
+    const Shape x = c.in(i);
+    std::string labels;
+    for (size_t k = start; k < end; ++k)
+      if (eq[k] != ' ') labels += eq[k];
+    if (!x.rank_known || x.rank() != static_cast<int64_t>(labels.size())) return;
+    for (size_t k = 0; k < labels.size(); ++k) {
+      const Dim& d = x.dims[k];
+      auto [it, fresh] = dims.emplace(labels[k], d);
+      if (!fresh && !(it->second == d)) it->second = it->second.is_known() && it->second.value == 1 ? d : Dim{};
+    }
+    start = end + 1;
+  }
+  std::vector<Dim> out;
+  for (size_t k = arrow + 2; k < eq.size(); ++k) {
+    if (eq[k] == ' ') continue;
+    auto it = dims.find(eq[k]);
+    if (it == dims.end()) return;  // the kernel reports the bad label
+    out.push_back(it->second);
+  }
+  c.set(0, Shape::of(std::move(out)));
+}
+
+// Det(X): X's dims without the two innermost (one determinant per matrix).
+void det_shape(ShapeCtx& c) {
+  const Shape x = c.in(0);
+  if (!x.rank_known || x.rank() < 2) return;
+  c.set(0, Shape::of({x.dims.begin(), x.dims.end() - 2}));
+}
+
 }  // namespace
 
 REGISTER_SHAPE_RULE("MatMul", matmul_shape);
 REGISTER_SHAPE_RULE("Gemm", gemm_shape);
+REGISTER_SHAPE_RULE("Einsum", einsum_shape);
+REGISTER_SHAPE_RULE("Det", det_shape);
 
 REGISTER_GRADIENT("MatMul", matmul_grad, {});
 REGISTER_GRADIENT("Gemm", gemm_grad, {});
