@@ -109,6 +109,12 @@ def test_the_branch_is_taken_both_ways(monkeypatch, where):
     assert True in taken and False in taken, taken
 
 
+def _share(module, engine_modules):
+    """The share of `module`'s parameter elements inside `engine_modules`, counted by hand."""
+    inside = {id(p): p.numel() for m in engine_modules for p in m.parameters()}
+    return sum(inside.values()) / sum(p.numel() for p in module.parameters())
+
+
 def test_one_warning_names_the_split():
     _, ours = twins("loop")
     with warnings.catch_warnings(record=True) as caught:
@@ -119,7 +125,11 @@ def test_one_warning_names_the_split():
     assert len(mine) == 1 and mine[0].category is ORTModuleFallbackWarning, [str(w.message) for w in mine]
     text = str(mine[0].message)
     assert TORCH_MODEL in text and "ORTMODULE_PARTIAL_ACCELERATION=0" in text
-    assert "in the engine: h.0, h.1.attn, h.1.mlp, h.2-3" in text, text
+    inner = ours.module
+    engine = [inner.h[0], inner.h[1].attn, inner.h[1].mlp, inner.h[2], inner.h[3]]
+    share = _share(inner, engine)
+    assert 0 < share < 1 and ours.fallback.engine_parameter_share == pytest.approx(share)
+    assert f"in the engine: h.0, h.1.attn, h.1.mlp, h.2-3 ({share:.0%} of the parameters)" in text, text
     assert "h.1 runs its submodules where they can (ORTModuleTorchModelException" in text, text
 
 
@@ -130,6 +140,7 @@ def test_status_is_frozen_and_in_stats():
     status = ours.fallback
     assert status == ours.stats()["fallback"]
     assert status.engine_submodules == ("h.0", "h.1", "h.2", "h.3")
+    assert status.engine_parameter_share == pytest.approx(_share(ours.module, list(ours.module.h)))
     eager = status.submodules[-1]
     assert isinstance(eager, SubmoduleStatus) and eager.name == "rescale" and eager.runs == "eager"
     assert eager.error_type == "ORTModuleTorchModelException" and "Rescale" in eager.reason

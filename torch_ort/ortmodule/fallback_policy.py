@@ -60,6 +60,9 @@ class FallbackStatus:
     # With partial acceleration (ORTMODULE_PARTIAL_ACCELERATION): where each candidate submodule
     # runs, in module order; empty when the whole module runs eagerly.
     submodules: tuple[SubmoduleStatus, ...] = ()
+    # With partial acceleration: the share of the module's parameters (elements) inside the
+    # submodules that run in the engine; None when the whole module runs eagerly.
+    engine_parameter_share: float | None = None
 
     @property
     def engine_submodules(self) -> tuple[str, ...]:

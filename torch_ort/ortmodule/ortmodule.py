@@ -169,10 +169,12 @@ class ORTModule(torch.nn.Module):
         """None while the engine runs the module; after a fallback to eager PyTorch (with
         ORTMODULE_FALLBACK_RETRY=1: until the engine runs a call again), a FallbackStatus naming
         the ORTMODULE_FALLBACK_POLICY flag, the reason and the failure's class — and, with partial
-        acceleration, where each submodule runs (FallbackStatus.submodules)."""
+        acceleration, where each submodule runs (FallbackStatus.submodules) and the share of the
+        parameters those in the engine hold (FallbackStatus.engine_parameter_share)."""
         status = self._fallback.status
         if status is not None and self._split is not None:
-            status = dataclasses.replace(status, submodules=tuple(self._split.statuses()))
+            status = dataclasses.replace(status, submodules=tuple(self._split.statuses()),
+                                         engine_parameter_share=self._split.engine_parameter_share())
         return status
 
     def __repr__(self) -> str:

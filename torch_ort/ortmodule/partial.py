@@ -170,6 +170,22 @@ class Split:
             else:
                 yield SubmoduleStatus(name, "not called", "", "")
 
+    def _engine_modules(self, prefix: str = "") -> Iterator[torch.nn.Module]:
+        """The submodules that run in the engine, at every depth of the split."""
+        for e in self.entries:
+            wrapper = e.wrapper
+            if wrapper._fallback.status is not None and wrapper._split is not None:
+                yield from wrapper._split._engine_modules()
+            elif wrapper._fallback.status is None and wrapper._last_engine is not None:
+                yield wrapper.module
+
+    def engine_parameter_share(self) -> float:
+        """The share of the module's parameter elements that the engine's submodules hold (a
+        parameter shared by several modules counts once)."""
+        total = {id(p): p.numel() for p in self._module.parameters()}
+        inside = {id(p): p.numel() for m in self._engine_modules() for p in m.parameters()}
+        return sum(inside.values()) / max(1, sum(total.values()))
+
     def describe(self) -> str:
         """The split in one paragraph, for the one warning."""
         groups: dict[str, list[SubmoduleStatus]] = {}
@@ -177,7 +193,8 @@ class Split:
             groups.setdefault(s.runs, []).append(s)
         if not groups.get("engine"):
             return "no submodule could run in the engine instead; the whole module runs eagerly"
-        parts = [f"in the engine: {_names(s.name for s in groups['engine'])}"]
+        parts = [f"in the engine: {_names(s.name for s in groups['engine'])} "
+                 f"({self.engine_parameter_share():.0%} of the parameters)"]
         for runs in ("split", "eager"):
             for s in groups.get(runs, ()):
                 reason = s.reason.splitlines()[0] if s.reason else ""
