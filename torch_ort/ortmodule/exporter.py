@@ -8,20 +8,16 @@ import dataclasses
 import functools
 import importlib
 import inspect
-import io
-import logging
-import os
 import re
-import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from torch_ort._compat import pytree
 from torch_ort.ortmodule import buffers, python_op_export, translations
+from torch_ort.ortmodule.export_quiet import quiet_exporter
 from torch_ort.ortmodule.fallback_policy import ORTModuleIOError, ORTModuleTorchModelException
 from torch_ort.ortmodule.debug_options import LOGGER
 
@@ -72,55 +68,6 @@ class ExportResult:
         leaves = [self.out_constants[i] if i in self.out_constants else next(tensors)
                   for i in range(self.out_spec.num_leaves)]
         return pytree.tree_unflatten(leaves, self.out_spec)
-
-
-class _ThreadStderr:
-    """sys.stderr while an export runs: the exporting thread's writes go to `captured`, every
-    other thread's to the real stderr (another thread training meanwhile keeps its output)."""
-
-    def __init__(self, real, captured: io.StringIO):
-        self._real, self._captured, self._thread = real, captured, threading.get_ident()
-
-    def write(self, text):
-        target = self._captured if threading.get_ident() == self._thread else self._real
-        return target.write(text)
-
-    def __getattr__(self, name):  # flush, fileno, isatty, encoding, ...: the real stream's
-        return getattr(self._real, name)
-
-
-# The libraries whose warnings an export silences (the model's own code keeps its warnings), and
-# this module, where torch.onnx's warnings about the export call itself point.
-_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)|torch_ort\.ortmodule\.exporter$"
-
-
-@contextlib.contextmanager
-def _quiet_exporter():
-    """The exporter logs and warns a lot at INFO/WARNING; keep user output readable, within the
-    export only: its loggers are set to ERROR and the warnings issued from torch, onnx and
-    onnxscript code are ignored, both restored when the export ends. Nothing is quieted when the
-    user asked to see it: TORCH_LOGS set, a level set on one of those loggers, or torch_ort's own
-    log at VERBOSE. The logger levels and warning filters are process-wide: while an export runs
-    (serialised by EXPORT_LOCK), another thread's warnings from those libraries are not shown."""
-    if os.environ.get("TORCH_LOGS") or LOGGER.getEffectiveLevel() <= logging.DEBUG:
-        yield
-        return
-    loggers = [lg for lg in (logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
-                                                               "torch.fx.experimental.symbolic_shapes",
-                                                               "onnxscript"))
-               if lg.level == logging.NOTSET]  # a level someone set is theirs
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    stderr = io.StringIO()  # torch.export prints partial graphs of a failed capture to stderr
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(_ThreadStderr(sys.stderr, stderr)):
-            warnings.filterwarnings("ignore", module=_EXPORTER_MODULES)
-            yield
-    finally:
-        for lg in loggers:
-            lg.setLevel(logging.NOTSET)
-        if stderr.getvalue().strip():
-            LOGGER.debug("exporter output:\n%s", stderr.getvalue())
 
 
 _DEVICE_TYPES = ("cpu", "cuda")  # whose autocast state the export carries
@@ -568,7 +515,7 @@ def _fixed_sizes(value, pinned: dict) -> list:
 
 def _export_once(module, args, kwargs, opset, table, capture, static: dict):
     """One torch.onnx.export of the call: (program, exported program, buffer mutations, reads)."""
-    with _quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
+    with quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
             python_op_export.opaque_functions(capture, type(module).__name__), \
             _attribute_reads(module) as reads, _attention_with_mask_grad_as_math(), \
             _extra_keywords_named(module, args, kwargs), \
