@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import threading
 import types
@@ -26,6 +25,8 @@ from torch_ort.ortmodule.fallback_policy import (
     ORTModuleIOError,
 )
 from torch_ort.ortmodule.debug_options import LOGGER, DebugOptions
+from torch_ort.ortmodule.module_proxy import ORIGINAL as _ORIGINAL
+from torch_ort.ortmodule.module_proxy import ForwardAttribute, keys_without_wrapper, own_method
 from torch_ort.ortmodule.plan_cache import PlanCache, describe
 from torch_ort.ortmodule.runner import GraphRunner, input_schema
 from torch_ort.ortmodule.translations.aten_op import qualified_name
@@ -33,7 +34,6 @@ from torch_ort.ortmodule.translations.aten_op import qualified_name
 if TYPE_CHECKING:
     from torch_ort.ortmodule.memory_report import MemoryReport
 
-_ORIGINAL = "_original_module"
 _RLOCK = type(threading.RLock())
 _LOCK_TYPES = (type(threading.Lock()), _RLOCK)
 _DEVICES = ("cpu", "cuda")
@@ -42,62 +42,10 @@ _INPUT_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, t
                  torch.layout, torch.memory_format)
 
 
-class _ForwardAttribute:
-    """ORTModule.forward: on an instance, the call carrying the wrapped module's signature
-    (inspect.signature(model.forward)) — Hugging Face's Trainer keeps only the dataset columns
-    that forward's signature names; on the class, the plain function."""
-
-    def __get__(self, instance, owner):
-        if instance is None:
-            return owner._forward_call
-        bound = _Forward(instance)
-        instance.__dict__["forward"] = bound  # one per instance (the instance dict wins from now on)
-        return bound
-
-
-class _Forward:
-    """ORTModule.forward of one instance: calls the engine path, shows the wrapped module's
-    signature (and, as __wrapped__, its forward)."""
-
-    __name__ = __qualname__ = "forward"
-
-    def __init__(self, owner: "ORTModule"):
-        self.__self__ = owner
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__self__._forward_call(*args, **kwargs)
-
-    @property
-    def __wrapped__(self):
-        return self.__self__.module.forward
-
-    @property
-    def __signature__(self):
-        return inspect.signature(self.__self__.module.forward)
-
-
-def _keys_without_wrapper(_module, state_dict, prefix, *_):
-    """ORTModule inside another module (DDP's .module, a parent model): its state_dict() entries
-    carry the original's keys, but the parent's load_state_dict walks _modules and expects
-    '<prefix>_original_module.<key>'; rename them in place before the walk reaches the child."""
-    inner = prefix + _ORIGINAL + "."
-    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
-        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
-
-
 def _density(engine) -> float | None:
     """The last forward's label density (Engine.last_label_density), None where none was seen."""
     value = getattr(engine, "last_label_density", -1.0) if engine is not None else -1.0
     return None if value < 0 else value
-
-
-def _own_method(module: torch.nn.Module, name: str) -> bool:
-    """True when `name` is a method that the module's class (or a base other than nn.Module)
-    defines, other than forward."""
-    if name == "forward" or name.startswith("__"):
-        return False
-    defined = inspect.getattr_static(type(module), name, None)
-    return inspect.isfunction(defined) and getattr(torch.nn.Module, name, None) is not defined
 
 
 class ORTModule(torch.nn.Module):
@@ -134,7 +82,7 @@ class ORTModule(torch.nn.Module):
         self._last_call = None     # inference_export.CallSchema of the last call (export_onnx)
         self._last_engine = None   # the engine of the last engine call (stats)
         self._last_runner = None   # its GraphRunner (stats: the memory plan)
-        self.register_load_state_dict_pre_hook(_keys_without_wrapper)
+        self.register_load_state_dict_pre_hook(keys_without_wrapper)
         self._initialized = True
         self._check_initialization()
 
@@ -292,7 +240,7 @@ class ORTModule(torch.nn.Module):
         module's class defines (not forward, not nn.Module's) is set on the ORTModule only, as
         ORTModule did: the wrapped module keeps its own method."""
         if "_initialized" not in self.__dict__ or name in self.__dict__ or name == "training" \
-                or hasattr(type(self), name) or _own_method(self.module, name):
+                or hasattr(type(self), name) or own_method(self.module, name):
             return super().__setattr__(name, value)
         setattr(self.module, name, value)
         self._note_set(name, value)
@@ -322,7 +270,7 @@ class ORTModule(torch.nn.Module):
         meta = getattr(out, "_metadata", None)
         if prefix and meta is not None:
             # Inside a parent, whose load_state_dict walks _modules: its children look their
-            # versions up under '<prefix>_original_module...' (see _keys_without_wrapper).
+            # versions up under '<prefix>_original_module...' (see module_proxy.keys_without_wrapper).
             inner = prefix + _ORIGINAL
             for key in [k for k in meta if (k == prefix[:-1] or k.startswith(prefix)) and not k.startswith(inner)]:
                 meta[inner + key[len(prefix) - 1:]] = meta[key]
@@ -390,7 +338,7 @@ class ORTModule(torch.nn.Module):
         return dict.fromkeys([*module._parameters, *module._buffers, *module._modules], _ORIGINAL)
 
     # --- forward ------------------------------------------------------------------------------
-    forward = _ForwardAttribute()
+    forward = ForwardAttribute()
 
     def _forward_call(self, *args: Any, **kwargs: Any) -> Any:
         if self._fallback.active:
