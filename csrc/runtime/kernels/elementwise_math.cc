@@ -47,9 +47,6 @@
 namespace torch_ort::kernels {
 namespace {
 
-template <at::Tensor (*F)(const at::Tensor&)>
-void unary(KernelCtx& c) { c.set_output(0, F(c.input(0))); }
-
 void require_float(const KernelCtx& c, const at::Tensor& x) {
   if (!at::isFloatingType(x.scalar_type()))
     c.fail("needs a floating-point input, got " + std::string(c10::toString(x.scalar_type())));
@@ -171,6 +168,8 @@ void float_unary(KernelCtx& c) {
   c.set_output(0, F(c.input(0)));
 }
 
+void sign_kernel(KernelCtx& c) { c.set_output(0, at::sign(c.input(0))); }  // integers too
+
 // Rounding is the identity on integers (ATen's floor/ceil/round are too; ONNX types them float only).
 at::Tensor round_even(const at::Tensor& x) { return at::round(x); }  // halves to even, as ONNX
 
@@ -190,7 +189,7 @@ REGISTER_KERNEL("Atanh", float_unary<at::atanh>);
 REGISTER_KERNEL("Floor", float_unary<at::floor>);
 REGISTER_KERNEL("Ceil", float_unary<at::ceil>);
 REGISTER_KERNEL("Round", float_unary<round_even>);
-REGISTER_KERNEL("Sign", unary<at::sign>);
+REGISTER_KERNEL("Sign", sign_kernel);
 REGISTER_KERNEL("Softplus", softplus_kernel);
 REGISTER_KERNEL("Softsign", softsign_kernel);
 REGISTER_KERNEL("Elu", elu_kernel);
