@@ -14,7 +14,8 @@ import importlib
 
 import torch
 
-# The torch releases torch_ort supports (scripts/build_backend.py's TORCH says the same to pip).
+# The torch releases torch_ort supports; scripts/build_backend.py tells pip the same range (a test
+# keeps the two equal).
 SUPPORTED = ((2, 11), (2, 15))  # inclusive
 REBUILD = "pip install --no-build-isolation --force-reinstall --no-deps ."
 

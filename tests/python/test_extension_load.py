@@ -45,3 +45,16 @@ def test_a_recorded_build_version_that_differs_fails_the_first_use_clearly():
     assert done.returncode != 0
     assert "TorchVersionError: torch_ort was compiled against torch 2.12.0, but torch " in done.stderr, done.stderr
     assert _extension.REBUILD in done.stderr
+
+
+def test_the_supported_range_is_the_one_pip_is_told():
+    """scripts/build_backend.py states the range to pip (and the sdist), _extension.SUPPORTED to
+    the running process: the two say the same."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "scripts" / "build_backend.py"
+    spec = importlib.util.spec_from_file_location("torch_ort_build_backend_check", path)
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    (lo_major, lo_minor), (hi_major, hi_minor) = _extension.SUPPORTED
+    assert backend.TORCH == f"torch>={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
