@@ -410,7 +410,7 @@ def _as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
                    own_translations, shape_plan) -> ExportResult:
-    start = time.perf_counter()
+    start, original = time.perf_counter(), module
     args, kwargs = _fresh_leaves(_as_keywords(module, args, kwargs))
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
@@ -418,7 +418,6 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
     if deepcopy:
         module, remap = structural_copy(module)
     plans = [p for p in SHAPE_PLANS[SHAPE_PLANS.index(shape_plan):] if _static_dims(p, tensors) is not None]
-    registered: set[str] = set()  # output dataclasses registered with pytree by this export
     for plan in plans:
         capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy(), remap)
         try:
@@ -432,10 +431,9 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
             if refused is not None:
                 raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
             output = next(filter(None, (_UNKNOWN_OUTPUT.search(str(x)) for x in exception_chain(e))), None)
-            if output is not None and output.group(1) not in registered and _register_dataclass(output.group(1)):
-                registered.add(output.group(1))
-                plans.insert(plans.index(plan) + 1, plan)  # the same input dims again, the class now known
-                continue
+            if output is not None and _register_dataclass(output.group(1)):  # known from now on: again
+                return _export_module(original, args, kwargs, opset, extra_translations, functions, deepcopy,
+                                      own_translations, plan)
             if output is not None:
                 raise ORTModuleIOError(
                     f"{type(module).__name__} returns a {output.group(1)}, which is neither a tensor, a "
