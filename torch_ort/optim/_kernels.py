@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-_cuda = None
+_cpu = _cuda = None  # the kernel modules, loaded on first use (checked against the running torch)
 
 SYNC_FREE_ON_CPU = False
 
@@ -29,8 +29,11 @@ def sync_free(device: torch.device) -> bool:
 def backend(device: torch.device):
     """The kernel module for tensors on `device`; a clear error where there is none."""
     if device.type == "cpu":
-        from .. import _C  # loaded on first use, checked against the running torch
-        return _C
+        global _cpu
+        if _cpu is None:
+            from .. import _C
+            _cpu = _C
+        return _cpu
     if device.type == "cuda":
         global _cuda
         if _cuda is None:

@@ -170,7 +170,7 @@ class Split:
             else:
                 yield SubmoduleStatus(name, "not called", "", "")
 
-    def _engine_modules(self, prefix: str = "") -> Iterator[torch.nn.Module]:
+    def _engine_modules(self) -> Iterator[torch.nn.Module]:
         """The submodules that run in the engine, at every depth of the split."""
         for e in self.entries:
             wrapper = e.wrapper
