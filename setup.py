@@ -1,7 +1,7 @@
 # Builds the torch_ort._C extension with torch.utils.cpp_extension: the torch-free core, the ATen
-# runtime, the pybind11 bindings and the generated ONNX protobuf classes, all in one .so.
-# The private protobuf-lite and the classes come first (scripts/build_protobuf.py, from PyPI
-# sources; nothing from the system).
+# runtime, the pybind11 bindings and the ONNX protobuf classes (generated code kept in csrc/proto),
+# all in one .so. The private protobuf-lite comes first (scripts/build_protobuf.py, from PyPI
+# sources; nothing from the system, no protoc).
 #
 #   pip install .                                     # a user install (scripts/build_backend.py)
 #   scripts/build_wheel.sh                            # a wheel for this machine's torch
@@ -20,15 +20,17 @@ import re
 from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-GENERATED = os.path.join("build", "generated")
+GENERATED = os.path.join("build", "generated")  # the ONNX arity table
+PROTO = os.path.join("csrc", "proto")  # the ONNX message classes
 PROTOBUF = os.path.join("build", "third_party", "protobuf-lite")
 PROTOBUF_LIB = os.path.join(PROTOBUF, "lib", "libprotobuf-lite.a")
 # The export stack; torch is added by build() (the release built against) or sdist().
 DEPENDENCIES = ["onnx>=1.23.2", "onnxscript>=0.7.2", "onnx-ir>=1.1.0", "numpy>=2.0"]
 
-# The build machine has 2 cores shared with other work; cpp_extension reads MAX_JOBS for ninja.
+# cpp_extension reads MAX_JOBS for ninja: every core this process may use, unless set.
 # ccache needs no setting: cpp_extension prepends it to the compiler when it is on PATH.
-os.environ.setdefault("MAX_JOBS", "2")
+os.environ.setdefault("MAX_JOBS", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                      else os.cpu_count() or 1))
 # ccache hits across checkouts and pip's temporary build folders: paths under the tree are hashed
 # relative to it (ccache reads this; the protobuf build's compiles too).
 os.environ.setdefault("CCACHE_BASEDIR", ROOT)
@@ -46,12 +48,36 @@ def rel_glob(pattern):
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
+def unity(files, name):
+    """`files` compiled as a few translation units that each #include several of them (a unity
+    build). Every runtime source parses ATen's headers first, about 6 s of a 2-core machine's time
+    each; grouped, the headers are parsed once per group. Two groups per compile job keep every
+    core busy. The group files are rewritten only when their text changes, so ninja and ccache
+    keep their results; ninja's dependency files name the included sources, so an edited source
+    rebuilds its group."""
+    groups = max(1, min(len(files), 2 * int(os.environ["MAX_JOBS"])))
+    folder = os.path.join("build", "unity")
+    os.makedirs(os.path.join(ROOT, folder), exist_ok=True)
+    out = []
+    for i in range(groups):
+        path = os.path.join(folder, f"{name}_{i}.cc")
+        text = ("// Written by setup.py: a unity translation unit (TORCH_ORT_UNITY=0 compiles the sources one by one).\n"
+                + "".join(f'#include "{f}"\n' for f in files[i::groups]))
+        full = os.path.join(ROOT, path)
+        if not os.path.exists(full) or open(full).read() != text:
+            with open(full, "w") as f:
+                f.write(text)
+        out.append(path)
+    return out
+
+
 def sources():
     runtime = [p for p in rel_glob("csrc/runtime/**/*.cc") if "/cuda/" not in p]
+    if os.environ.get("TORCH_ORT_UNITY", "1") != "0":
+        runtime = unity(runtime, "runtime")
     bindings = [p for p in rel_glob("csrc/bindings/*.cc") if not p.endswith("cuda_module.cc")]
-    # The generated classes do not exist until Build.run has made them.
     return (rel_glob("csrc/core/**/*.cc") + runtime + bindings +
-            [os.path.join(GENERATED, "torch_ort_onnx.pb.cc")])
+            [os.path.join(PROTO, "torch_ort_onnx.pb.cc")])
 
 
 def script(name):
@@ -67,7 +93,8 @@ def extensions(cpp_extension):
     ext = cpp_extension.CppExtension(
         name="torch_ort._C",
         sources=sources(),
-        include_dirs=[ROOT, os.path.join(ROOT, GENERATED), os.path.join(ROOT, PROTOBUF, "include")],
+        include_dirs=[ROOT, os.path.join(ROOT, GENERATED), os.path.join(ROOT, PROTO),
+                      os.path.join(ROOT, PROTOBUF, "include")],
         extra_compile_args={"cxx": [
             "-std=c++20", "-O2", "-g0",  # -g0: Python's CFLAGS add -g (a 30 MB .so, slower builds)
             # Hidden by default: our protobuf copy and helpers must not interpose with libtorch's
@@ -140,8 +167,9 @@ def build():
             super().run()
 
     # The extension follows torch's C++ ABI, which changes between minor releases: the wheel
-    # names the torch it compiled against in its local version ("0.1.0+torch2.15") and requires
-    # that minor release.
+    # requires the minor release it compiled against. The version stays plain (PyPI refuses local
+    # versions such as "+torch2.15"): a release's wheels are built against one torch, and the
+    # sdist builds against any supported one.
     spec = importlib.util.spec_from_file_location("torch_ort_extension", os.path.join(ROOT, "torch_ort", "_extension.py"))
     extension = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(extension)

@@ -24,7 +24,7 @@ set -uo pipefail  # not -e: a failed part is recorded and the next one still run
 cd "$(dirname "$0")/.." || exit 1
 
 # The ignored paths the build needs beside the tracked files: the private protobuf-lite and the
-# generated ONNX classes of a checkout bootstrapped on the same commit (scripts/build_protobuf.py).
+# ONNX arity table of a checkout bootstrapped on the same commit (scripts/build_protobuf.py).
 CARRY=(build/third_party/protobuf-lite build/generated)
 
 PROFILE=first
@@ -126,7 +126,7 @@ skip() { echo "| $1 | skipped: $2 | | |" >> "$SUMMARY"; echo "[gpu_check] $1: sk
 build() {
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
   if ((DRY_RUN)); then  # offline, from what was carried; the extension is the checkout's own
-    $PY scripts/build_protobuf.py && echo "dry run: protobuf-lite and the generated classes are there; nothing compiled"
+    $PY scripts/build_protobuf.py && echo "dry run: protobuf-lite and the arity table are there; nothing compiled"
     return
   fi
   if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then

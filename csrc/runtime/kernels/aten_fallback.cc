@@ -51,7 +51,7 @@ namespace {
 std::string op_name(const KernelCtx& c) { return c.attrs.get_string("aten_op", "?"); }
 
 // "aten::cumsum.default" -> the dispatcher's operator handle ("default" is the empty overload).
-c10::OperatorHandle find_op(const KernelCtx& c) {
+c10::OperatorHandle resolve_operator(const KernelCtx& c) {
   const std::string full = op_name(c);
   const size_t ns = full.find("::");
   const size_t dot = full.find('.', ns == std::string::npos ? 0 : ns);
@@ -235,7 +235,7 @@ namespace {
 
 // Runs the op through the dispatcher (see run_recording_autograd for the outputs).
 void aten_op_kernel(KernelCtx& c) {
-  const c10::OperatorHandle op = find_op(c);
+  const c10::OperatorHandle op = resolve_operator(c);
   run_recording_autograd(c, op_name(c), [&](const std::vector<at::Tensor>& args, bool) {
     torch::jit::Stack stack = StackBuilder(c, args).build(op.schema());
     op.callBoxed(&stack);
