@@ -145,7 +145,7 @@ def build():
     from torch.utils import cpp_extension
 
     class Build(cpp_extension.BuildExtension):
-        """BuildExtension that first makes the private protobuf-lite and the ONNX message classes
+        """BuildExtension that first makes the private protobuf-lite and the ONNX arity table
         (quick when they are there already)."""
 
         def run(self):
@@ -182,7 +182,7 @@ def build():
     modules = extensions(cpp_extension)
     cuda = any(m.name == "torch_ort._C_cuda" for m in modules)
     setup(
-        version=f"{our_version()}+torch{major}.{minor}",
+        version=our_version(),
         install_requires=[f"torch=={major}.{minor}.*"] + DEPENDENCIES,
         ext_modules=modules,
         cmdclass={"build_ext": Build.with_options(use_ninja=True)},

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The user's view of a release: a new virtual environment outside the checkout holding only torch;
 # the sdist and a wheel built from it by that environment's pip, as `pip install` would
-# (scripts/build_wheel.sh); the wheel installed there (nothing of the tree on sys.path); the
-# getting-started MLP trained through it with fallback disabled, checking that torch_ort comes
-# from that environment and that the losses match eager PyTorch's.
+# (scripts/build_wheel.sh); the wheel's name, plain version and manylinux tag, and that it
+# carries no copy of torch's or CUDA's libraries; the wheel installed there (nothing of the tree
+# on sys.path) under the distribution name torch-ort-engine; the getting-started MLP trained
+# through it with fallback disabled, checking that torch_ort comes from that environment and that
+# the losses match eager PyTorch's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,9 +26,17 @@ log "a fresh venv in $DIR with torch==$torch_version only"
 "$base" -m venv "$DIR/v"
 "$DIR/v/bin/pip" install -q "torch==$torch_version"
 PYTHON="$DIR/v/bin/python" scripts/build_wheel.sh
-wheel=$(ls dist/torch_ort-*+*.whl)
+wheel=$(ls dist/torch_ort_engine-*.whl)
+version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/__init__.py)
+# torch_ort_engine-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl: no local version, a manylinux tag
+[[ "$(basename "$wheel")" =~ ^torch_ort_engine-${version//./\.}-cp3[0-9]+-cp3[0-9]+-manylinux_[0-9]+_[0-9]+_x86_64\.whl$ ]] ||
+  { log "error: unexpected wheel name $(basename "$wheel")"; exit 1; }
+bundled=$("$PY" -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if ".libs/" in n))' "$wheel")
+[ -z "$bundled" ] || { log "error: the wheel bundles libraries: $bundled"; exit 1; }
 log "installing $(basename "$wheel")[examples]"
 "$DIR/v/bin/pip" install -q "$wheel[examples]"
+"$DIR/v/bin/python" -c "from importlib.metadata import version; v = version('torch-ort-engine'); \
+print('[check_wheel] installed torch-ort-engine', v); assert v == '$version', v"
 
 cp examples/getting_started.py "$DIR/"
 cd "$DIR"  # the example's folder is sys.path[0]; it holds nothing of torch_ort

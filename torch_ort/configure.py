@@ -46,7 +46,16 @@ def _versions(r: _Report) -> None:
     import torch_ort
     from torch_ort import _extension
 
+    from torch_ort import _distribution
+
     r.line("torch_ort", f"{torch_ort.__version__} ({os.path.dirname(torch_ort.__file__)})")
+    installed = _version(_distribution.NAME)
+    r.line("distribution", f"{_distribution.NAME} {installed}" if installed != "not installed"
+           else f"{_distribution.NAME} not installed (a source checkout on the path)")
+    conflicting = _distribution.conflicting_version()
+    if conflicting is not None:
+        r.fail("conflicting distribution", f"{_distribution.CONFLICTING} {conflicting} installs the same "
+               f"import package, torch_ort; remove it: {_distribution.FIX}")
     r.line("python", f"{platform.python_version()} ({sys.executable})")
     r.line("torch (running)", torch.__version__)
     r.line("torch (compiled against)", _extension.built_against() or "not recorded")

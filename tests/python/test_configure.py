@@ -49,3 +49,30 @@ def test_an_invalid_variable_value_exits_nonzero():
     done = _run(["-m", "torch_ort"], {"ORTMODULE_MEMORY_OPT_LEVEL": "seven"})
     assert done.returncode == 1
     assert "ORTMODULE_* variables        FAILED" in done.stdout and "ORTMODULE_MEMORY_OPT_LEVEL" in done.stdout
+
+
+def _fake_torch_ort_distribution(tmp_path):
+    """A `torch-ort` distribution's metadata on the path, as ONNX Runtime's package leaves it."""
+    info = tmp_path / "torch_ort-1.19.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-ort\nVersion: 1.19.2\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_import_warns_when_onnx_runtimes_torch_ort_is_installed_too(tmp_path):
+    done = _run(["-c", "import torch_ort"], _fake_torch_ort_distribution(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "TorchOrtWarning" in done.stderr and "torch-ort 1.19.2 is installed beside torch-ort-engine" \
+        in done.stderr
+    assert "pip uninstall -y torch-ort onnxruntime-training" in done.stderr
+
+
+def test_import_is_quiet_without_it():
+    done = _run(["-c", "import torch_ort"])
+    assert done.returncode == 0 and "torch-ort" not in done.stderr, done.stderr
+
+
+def test_python_m_torch_ort_fails_on_the_conflicting_distribution(tmp_path):
+    done = _run(["-m", "torch_ort"], _fake_torch_ort_distribution(tmp_path))
+    assert done.returncode == 1
+    assert "conflicting distribution     FAILED: torch-ort 1.19.2 installs the same import package" in done.stdout
