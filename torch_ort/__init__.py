@@ -1,11 +1,15 @@
 """torch_ort: train PyTorch modules faster through a C++ graph engine.
 
     model = torch_ort.ORTModule(model)   # forward + backward run by our engine
+    print(torch_ort.examine(model, *example_inputs))  # what runs where, before training
     optimizer = torch_ort.optim.FusedAdam(model.parameters(), lr=1e-4)  # torch.optim.AdamW's update
 """
 from torch_ort import optim, utils
-from torch_ort.ortmodule import (ConfigurationWarning, DebugOptions, FallbackStatus, LogLevel, ORTModule,
-                                 ORTModuleFallbackWarning, SubmoduleStatus, TorchOrtWarning)
+from torch_ort.ortmodule import (ConfigurationWarning, DebugOptions, Examination, FallbackStatus, LogLevel,
+                                 ORTModule, ORTModuleFallbackWarning, SubmoduleStatus, TorchOrtWarning, examine)
+from torch_ort import _distribution
+
+_distribution.warn_if_conflicting(TorchOrtWarning)
 
 
 def __getattr__(name: str):
@@ -27,5 +31,5 @@ def pass_names() -> list[str]:
 
 __all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus",
            "ORTModuleFallbackWarning", "TorchOrtWarning", "ConfigurationWarning", "optim", "pass_names",
-           "utils"]
+           "utils", "examine", "Examination"]
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ from torch_ort.ortmodule.fallback_policy import (
 from torch_ort.ortmodule.debug_options import ConfigurationWarning, DebugOptions, LogLevel, TorchOrtWarning
 from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
+from torch_ort.ortmodule.examine import Examination, examine
 from torch_ort.ortmodule.runner import MemoryBudgetError
 
 __all__ = [
@@ -21,5 +22,5 @@ __all__ = [
     "ORTModuleFallbackWarning", "SubmoduleStatus", "ORTModuleError",
     "ORTModuleDeviceException", "ORTModuleIOError", "ORTModuleTorchModelException",
     "ORTModuleONNXModelException", "ORTModuleInitException", "CheckpointNotAllowedError",
-    "MemoryBudgetError", "TorchOrtWarning", "ConfigurationWarning",
+    "MemoryBudgetError", "TorchOrtWarning", "ConfigurationWarning", "examine", "Examination",
 ]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, partial, python_op
+from torch_ort.ortmodule import bridge, hf, inference_export, memory_monitor, partial, progress, python_op
 from torch_ort.ortmodule.aten_routing import AtenFallback, resolve_aten
 from torch_ort.ortmodule.compositions import fsdp_managed, refusal
 from torch_ort.ortmodule.variables import Settings, SkipCheck
@@ -402,7 +402,7 @@ class ORTModule(torch.nn.Module):
         """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
         runs nothing. One thread at a time per module (self._lock): a schema exports once even
         when its first calls race."""
-        with self._lock:
+        with self._lock, progress.preparing(type(self.module).__name__, self._settings.progress):
             return self._prepare_locked(args, kwargs)
 
     def _prepare_locked(self, args, kwargs):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, exporter, python_op_export
+from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, exporter, progress, python_op_export
 from torch_ort.ortmodule.buffers import BufferUpdates
 from torch_ort.ortmodule.aten_routing import (
     MAX_EXPORTS,
@@ -156,6 +156,7 @@ class GraphRunner:
                 self.export, ops = hit
                 self._add_aten(ops, "an identical submodule's export runs it")
         if self.export is None:
+            progress.stage("exporting")
             functions = python_op_export.FunctionPolicy(st.custom_autograd, st.allow_checkpoint,
                                                         st.skipped_functions,
                                                         strip_checkpoint=st.memory_opt_level >= 1)
@@ -335,6 +336,7 @@ class GraphRunner:
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
         start = time.perf_counter()
+        progress.stage(f"building the {'training' if training else 'inference'} engine")
         st = self._settings
         recompute = [(p.cluster, p.strategy, p.count) for p in st.memory_opt_config]
 

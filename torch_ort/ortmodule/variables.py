@@ -277,6 +277,10 @@ VARIABLES: tuple[Variable, ...] = (
              "warning; inputs are copied in; outputs and `.grad` are the graphs' buffers, an "
              "output read after the next replay raises ([performance.md](performance.md), "
              "\"CUDA graphs\") (ours, not ORT's)"),
+    Variable("ORTMODULE_PROGRESS", "progress", "bool", True, _bool,
+             "when a call exports and builds for more than 3 s (a first step), say on stderr which "
+             "stage it is in and, at the end, what each took (0: silent; ranks other than 0 always "
+             "are) (ours, not ORT's)"),
     Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, _count,
              "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
              "beyond it the least recently used is dropped and re-exported if seen again; "
