@@ -51,8 +51,8 @@ def rel_glob(pattern):
 def unity(files, name):
     """`files` compiled as a few translation units that each #include several of them (a unity
     build). Every runtime source parses ATen's headers first, about 6 s of a 2-core machine's time
-    each; grouped, the headers are parsed once per group. Two groups per compile job keep every
-    core busy. The group files are rewritten only when their text changes, so ninja and ccache
+    each, and every core source the STL and the IR's headers; grouped, the headers are parsed once
+    per group. Two groups per compile job keep every core busy. The group files are rewritten only when their text changes, so ninja and ccache
     keep their results; ninja's dependency files name the included sources, so an edited source
     rebuilds its group."""
     groups = max(1, min(len(files), 2 * int(os.environ["MAX_JOBS"])))
@@ -71,13 +71,23 @@ def unity(files, name):
     return out
 
 
+# Core sources that define a file-local name another core source defines too: compiled on their
+# own in a unity build (tests/python/test_packaging.py compiles the rest as one unit to keep this
+# list complete).
+CORE_SOLO = frozenset(f"csrc/core/{f}" for f in (
+    "ir/op_arity.cc", "ops/nn.cc", "passes/bias_dropout_fusion.cc", "passes/bias_gelu_fusion.cc",
+    "passes/linear_cross_entropy_fusion.cc", "passes/skip_layer_norm_fusion.cc",
+    "passes/softmax_cross_entropy_fusion.cc", "planner/placement.cc"))
+
+
 def sources():
+    core = rel_glob("csrc/core/**/*.cc")
     runtime = [p for p in rel_glob("csrc/runtime/**/*.cc") if "/cuda/" not in p]
     if os.environ.get("TORCH_ORT_UNITY", "1") != "0":
         runtime = unity(runtime, "runtime")
+        core = unity([p for p in core if p not in CORE_SOLO], "core") + sorted(CORE_SOLO)
     bindings = [p for p in rel_glob("csrc/bindings/*.cc") if not p.endswith("cuda_module.cc")]
-    return (rel_glob("csrc/core/**/*.cc") + runtime + bindings +
-            [os.path.join(PROTO, "torch_ort_onnx.pb.cc")])
+    return core + runtime + bindings + [os.path.join(PROTO, "torch_ort_onnx.pb.cc")]
 
 
 def script(name):
@@ -104,6 +114,7 @@ def extensions(cpp_extension):
             # without -fopenmp its pragma is dropped and the optimizer kernels run on one thread.
             "-fopenmp",
         ]},
+        depends=[os.path.join(ROOT, PROTOBUF_LIB)],  # a rebuilt library relinks the extension
         extra_link_args=[
             "-fopenmp",  # libgomp.so.1: the one torch already loaded (same soname), not a second runtime
             os.path.join(ROOT, PROTOBUF_LIB),

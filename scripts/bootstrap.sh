@@ -44,9 +44,9 @@ fi
 .venv/bin/python scripts/build_protobuf.py
 
 echo "[bootstrap] building torch_ort._C"
-# Development rebuilds compile the runtime one source at a time (an edit recompiles one file);
-# installs and wheels group them (setup.py's unity build). MAX_JOBS: default the cores.
-export TORCH_ORT_UNITY=${TORCH_ORT_UNITY:-0}
+# The extension is built as users get it: core and runtime sources grouped into unity
+# translation units (setup.py). TORCH_ORT_UNITY=0 compiles one source per object, for quicker
+# rebuilds while editing; the CMake build of the core's tests always does. MAX_JOBS: the cores.
 export CCACHE_BASEDIR="$PWD"  # cache hits across checkouts at other paths (CI clones afresh)
 .venv/bin/python setup.py -q build_ext --inplace
 # The checkout on the venv's path (a .pth file): `import torch_ort` works from any directory, e.g.

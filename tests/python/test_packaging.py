@@ -47,7 +47,9 @@ def test_the_sdist_holds_every_build_input(sdist):
 def test_the_sdist_is_for_any_torch_of_the_range(sdist):
     """The sources are not tied to a torch: plain version, the checked range (a wheel built from
     them names its torch: scripts/build_backend.py, setup.py)."""
-    _, _, info = sdist
+    name, _, info = sdist
+    # our own distribution name: torch_ort would normalise to torch-ort, ONNX Runtime's package
+    assert info["Name"] == "torch-ort-engine" and name == f"torch_ort_engine-{torch_ort.__version__}.tar.gz"
     assert info["Version"] == torch_ort.__version__ and "+" not in info["Version"]
     requires = info.get_all("Requires-Dist")
     assert "torch<2.16,>=2.11" in requires or "torch>=2.11,<2.16" in requires, requires
@@ -67,3 +69,37 @@ def test_the_extension_exports_no_protobuf_or_abseil_symbol(module):
     leaked = [line for line in symbols.splitlines() if re.search(r"google::protobuf|absl::|utf8_range", line)]
     assert not leaked, leaked[:10]
     assert "PyInit_" + module in symbols
+
+
+def _setup_constant(name):
+    """A constant of setup.py, read without running it (it builds when executed)."""
+    import ast
+    tree = ast.parse(open(os.path.join(ROOT, "setup.py")).read())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == name)
+    return eval(compile(ast.Expression(node.value), "setup.py", "eval"), {"frozenset": frozenset})
+
+
+@pytest.mark.parametrize("part", ["core", "runtime"])
+def test_unity_groups_compile_in_any_grouping(part, tmp_path):
+    """Installs compile the sources grouped several to a translation unit (setup.py's unity
+    build), grouped by the machine's core count. All of them but setup.py's solo list compiled as
+    ONE unit must compile: then every grouping does (no two file-local names collide)."""
+    from torch.utils import cpp_extension
+    import glob
+    files = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", part, "**", "*.cc"), recursive=True)
+                   if "/cuda/" not in p)
+    solo = _setup_constant("CORE_SOLO") if part == "core" else frozenset()
+    assert solo <= set(files), "CORE_SOLO names a file that no longer exists"
+    unit = tmp_path / f"{part}.cc"
+    unit.write_text("".join(f'#include "{f}"\n' for f in files if f not in solo))
+    includes = [ROOT, os.path.join(ROOT, "build", "generated"), os.path.join(ROOT, "csrc", "proto"),
+                os.path.join(ROOT, "build", "third_party", "protobuf-lite", "include")]
+    if part == "runtime":
+        includes += cpp_extension.include_paths()
+        includes.append(__import__("sysconfig").get_paths()["include"])
+    done = subprocess.run(["c++", "-std=c++20", "-fsyntax-only", "-fopenmp", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                           "-DTORCH_EXTENSION_NAME=_C", *(f"-I{i}" for i in includes), str(unit)],
+                          capture_output=True, text=True, timeout=600)
+    errors = [line for line in done.stderr.splitlines() if ": error" in line]
+    assert done.returncode == 0, "sources whose file-local names collide (add them to CORE_SOLO or " \
+        "rename):\n" + "\n".join(errors[:10])
