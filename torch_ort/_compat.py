@@ -123,6 +123,13 @@ def real_tensors():
     return unset()
 
 
+# --- partial acceleration's FLOP count: dispatch modes off while a submodule exports -----------
+# torch.utils._python_dispatch._disable_current_modes (torch 2.11, 2.15); None: the split reports
+# no FLOP share.
+disable_dispatch_modes = _find("torch.utils._python_dispatch._disable_current_modes")
+TorchDispatchMode = _find("torch.utils._python_dispatch.TorchDispatchMode")
+
+
 # --- in-place writes and views (PythonOp dirty inputs, FP16_Optimizer masters, outputs) ---------
 def version_counter(t: torch.Tensor) -> int:
     """The count of in-place writes to t's storage (Tensor._version: every torch 2.x)."""

@@ -78,6 +78,8 @@ def test_names_each_part_of_a_split_model():
     assert report.python_ops == [f"{Double.__module__}.{Double.__qualname__}"]
     share = sum(p.numel() for p in model.block.parameters()) / sum(p.numel() for p in model.parameters())
     assert report.engine_parameter_share == pytest.approx(share)
+    flops = {"block": 2 * 6 * 8 * 16 * 2, "head": 2 * 6 * 8 * 4}  # the Linear layers' products
+    assert report.engine_flop_share == pytest.approx(flops["block"] / sum(flops.values()))
     assert report.kernels and not any("ATenOp" in op or "PythonOp" in op for op in report.kernels)
     text = str(report)
     for needle in ("block: engine", "head: eager PyTorch", "PythonOp: ", "ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS",
@@ -99,7 +101,8 @@ def test_whole_model_in_the_engine_runs_nothing():
     _unchanged(model, before)
     assert wrapped.export_count == 0  # examined through a wrapper of its own
     assert report.runs == "engine" and [p.name for p in report.parts] == [""]
-    assert report.engine_parameter_share == 1.0 and not report.aten_fallback and not report.python_ops
+    assert report.engine_parameter_share == 1.0 and report.engine_flop_share == 1.0
+    assert not report.aten_fallback and not report.python_ops
     assert report.predicted_peak is not None and report.predicted_peak > 0
     assert sum(report.kernels.values()) >= 3 and report.export_seconds > 0 and report.build_seconds > 0
     assert "predicted step peak" in str(report)
@@ -130,4 +133,4 @@ def test_under_fallback_disable_it_says_training_raises():
     report = torch_ort.examine(Model(), torch.randn(6, 8))
     assert report.runs == "eager" and [p.name for p in report.parts] == [""]
     assert any("training raises" in a for a in report.advice), report.advice
-    assert report.engine_parameter_share == 0.0
+    assert report.engine_parameter_share == 0.0 and report.engine_flop_share == 0.0

@@ -129,7 +129,10 @@ def test_one_warning_names_the_split():
     engine = [inner.h[0], inner.h[1].attn, inner.h[1].mlp, inner.h[2], inner.h[3]]
     share = _share(inner, engine)
     assert 0 < share < 1 and ours.fallback.engine_parameter_share == pytest.approx(share)
-    assert f"in the engine: h.0, h.1.attn, h.1.mlp, h.2-3 ({share:.0%} of the parameters)" in text, text
+    flops = ours.fallback.engine_flop_share
+    assert 0.5 < flops < 1  # its value against eager's count: test_most_flops_run_in_the_engine
+    assert (f"in the engine: h.0, h.1.attn, h.1.mlp, h.2-3 ({share:.0%} of the parameters, {flops:.0%} of the "
+            "forward's FLOPs)") in text, text
     assert "h.1 runs its submodules where they can (ORTModuleTorchModelException" in text, text
 
 
@@ -327,6 +330,15 @@ def test_most_flops_run_in_the_engine(where):
     share = engine_flop_share(ours, eager, idx, targets)
     print(f"{where}: {share:.1%} of the step's FLOPs in the engine")
     assert 0.5 < share < 1.0
+    # What the split reports: its first call's forward FLOPs, the engine's counted through the
+    # dispatcher, against the eager twin's forward counted per module.
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        eager(idx, targets)
+    per_module, root = counter.get_flop_counts(), type(eager).__name__
+    forward = sum(sum(per_module[f"{root}.{name}"].values()) for name in ours.fallback.engine_submodules)
+    assert ours.fallback.engine_flop_share == pytest.approx(forward / sum(per_module["Global"].values()), rel=0.02)
+    assert f"{ours.fallback.engine_flop_share:.0%} of the forward's FLOPs" in ours._split.describe()
 
 
 def test_a_hugging_face_model_keeps_its_base_model_in_the_engine():

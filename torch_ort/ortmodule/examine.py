@@ -52,6 +52,7 @@ class Examination:
     training: bool              # a training step was examined (else inference)
     parts: list[Part]
     engine_parameter_share: float  # of the parameter elements, in engine parts
+    engine_flop_share: float | None  # of the forward's FLOPs, in engine parts (None: not counted)
     kernels: dict[str, int]     # ops on the engine's own kernels, with their node counts
     aten_fallback: dict[str, str]  # operators run through the ATen fallback, with why
     python_ops: list[str]       # torch.autograd.Functions run as PythonOp nodes
@@ -76,7 +77,9 @@ class Examination:
             lines.append(f"  {name}: {where}{extra}")
             if p.reason:
                 lines.append(f"      why: {p.reason.splitlines()[0][:300]}")
-        lines.append(f"  parameters in the engine: {self.engine_parameter_share:.0%}")
+        lines.append(f"  in the engine: {self.engine_parameter_share:.0%} of the parameters"
+                     + (f", {self.engine_flop_share:.0%} of the forward's FLOPs"
+                        if self.engine_flop_share is not None else ""))
         if self.kernels:
             top = sorted(self.kernels.items(), key=lambda kv: -kv[1])
             lines.append(f"  engine kernels: {sum(self.kernels.values())} nodes of {len(top)} ops ("
@@ -135,7 +138,7 @@ def examine(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Examination:
         status = wrapper._fallback.status
         return Examination(type(module).__name__, training,
                            [Part("", "eager", status.reason if status is not None else "fallback forced")],
-                           0.0, {}, {}, [], None, 0.0, 0.0, advice)
+                           0.0, 0.0, {}, {}, [], None, 0.0, 0.0, advice)
     with grad:
         try:
             runner, engine, tensors, _, training = wrapper._prepare(args, kwargs)
@@ -147,7 +150,7 @@ def examine(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Examination:
         peak = wrapper._memory.report_of(engine, runner, [t.shape for t in tensors]) if training else None
         parts = [Part("", "engine", "", peak.predicted["peak"] if peak is not None else None)]
         python_ops = sorted(set(runner.export.python_ops))
-        share, seconds = 1.0, (runner.export.seconds, runner.build_seconds)
+        share, seconds = (1.0, 1.0), (runner.export.seconds, runner.build_seconds)
         if peak is not None:
             _memory_advice(peak, advice)
         if runner.export.logits_output is not None and training and not wrapper._settings.skip_logits:
@@ -164,7 +167,7 @@ def examine(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Examination:
         advice.append("custom autograd Functions run as PythonOp nodes, a call into Python each; to let "
                       "the exporter trace through one instead: ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS="
                       + ",".join(python_ops))
-    return Examination(type(module).__name__, training, parts, share, kernels,
+    return Examination(type(module).__name__, training, parts, share[0], share[1], kernels,
                        {qualified_name(op): why for op, why in fallback.items()}, python_ops,
                        parts[0].predicted_peak if parts[0].runs == "engine" else None,
                        seconds[0], seconds[1], advice)
@@ -202,10 +205,10 @@ def _split(wrapper, error: ORTModuleError, training: bool, args, kwargs, kernels
                       "branch with tensor ops (torch.where) or move it out of the forward, and the engine "
                       "takes the whole model")
     if not (runs_partially and wrapper._fallback.covers(error)):
-        return [Part("", "eager", reason)], [], 0.0, (0.0, 0.0), {}
+        return [Part("", "eager", reason)], [], (0.0, 0.0), (0.0, 0.0), {}
     split = partial.Split(wrapper)
     if not split.entries:
-        return [Part("", "eager", reason)], [], 0.0, (0.0, 0.0), {}
+        return [Part("", "eager", reason)], [], (0.0, 0.0), (0.0, 0.0), {}
     wrapper._split = split
     with _state_kept(wrapper.module), (torch.enable_grad() if training else torch.no_grad()):
         split.run(args, kwargs)
@@ -229,7 +232,8 @@ def _split(wrapper, error: ORTModuleError, training: bool, args, kwargs, kernels
         if s.runs == "eager" and _data_dependent(s.reason):
             advice.append(f"{s.name} branches on a tensor's value: with the branch written in tensor ops "
                           "the engine takes it too")
-    return parts, sorted(python_ops), split.engine_parameter_share(), (export_s, build_s), fallback
+    shares = (split.engine_parameter_share(), split.engine_flop_share())
+    return parts, sorted(python_ops), shares, (export_s, build_s), fallback
 
 
 def _data_dependent(reason: str) -> bool:

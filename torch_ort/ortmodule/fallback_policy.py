@@ -63,6 +63,9 @@ class FallbackStatus:
     # With partial acceleration: the share of the module's parameters (elements) inside the
     # submodules that run in the engine; None when the whole module runs eagerly.
     engine_parameter_share: float | None = None
+    # With partial acceleration: the share of the forward's FLOPs (matrix products, convolutions,
+    # attention) those submodules spent, counted on the first call; None when not counted.
+    engine_flop_share: float | None = None
 
     @property
     def engine_submodules(self) -> tuple[str, ...]:

@@ -118,11 +118,13 @@ class ORTModule(torch.nn.Module):
         ORTMODULE_FALLBACK_RETRY=1: until the engine runs a call again), a FallbackStatus naming
         the ORTMODULE_FALLBACK_POLICY flag, the reason and the failure's class — and, with partial
         acceleration, where each submodule runs (FallbackStatus.submodules) and the share of the
-        parameters those in the engine hold (FallbackStatus.engine_parameter_share)."""
+        parameters those in the engine hold (FallbackStatus.engine_parameter_share) and of the
+        forward's FLOPs they spend (engine_flop_share)."""
         status = self._fallback.status
         if status is not None and self._split is not None:
             status = dataclasses.replace(status, submodules=tuple(self._split.statuses()),
-                                         engine_parameter_share=self._split.engine_parameter_share())
+                                         engine_parameter_share=self._split.engine_parameter_share(),
+                                         engine_flop_share=self._split.engine_flop_share())
         return status
 
     def __repr__(self) -> str:
@@ -402,7 +404,8 @@ class ORTModule(torch.nn.Module):
         """(runner, engine, tensors, params, training) for a call: exports and builds as needed,
         runs nothing. One thread at a time per module (self._lock): a schema exports once even
         when its first calls race."""
-        with self._lock, progress.preparing(type(self.module).__name__, self._settings.progress):
+        with self._lock, progress.preparing(type(self.module).__name__, self._settings.progress), \
+                partial.uncounted():
             return self._prepare_locked(args, kwargs)
 
     def _prepare_locked(self, args, kwargs):
@@ -465,6 +468,10 @@ class ORTModule(torch.nn.Module):
         return runner, engine, tensors, params, training
 
     def _forward_engine(self, args, kwargs):
+        with partial.engine_running():  # a split counting its first call's FLOPs
+            return self._run_engine(args, kwargs)
+
+    def _run_engine(self, args, kwargs):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
         self._last_engine, self._last_runner = engine, runner
         report = self._memory.hook(engine, runner, tensors, training)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from torch_ort import _compat
 from torch_ort.ortmodule.compositions import fsdp_managed
 from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
 
@@ -45,6 +46,60 @@ SPLIT_KINDS = (FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE | FallbackPolicy.FALLB
                | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL)
 
 _REASON_CHARS = 160  # of a submodule's reason, in the one warning (the status has it whole)
+_counting = threading.local()  # .counter: the _FlopCount of a split's first call in this thread
+
+
+def counting() -> bool:
+    return getattr(_counting, "counter", None) is not None
+
+
+class _FlopCount(_compat.TorchDispatchMode or object):
+    """The FLOPs of every operator torch.utils.flop_counter has a formula for (matrix products,
+    convolutions, attention), as they reach the dispatcher: eager ones and those the engine's
+    kernels call alike; `engine` holds those made while a submodule's engine ran."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+        self._formulas = flop_registry
+        self.total = self.engine = 0
+        self.in_engine = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self._formulas.get(func._overloadpacket)
+        if formula is not None:
+            flops = int(formula(*args, **kwargs, out_val=out))
+            self.total += flops
+            if self.in_engine:
+                self.engine += flops
+        return out
+
+
+@contextlib.contextmanager
+def engine_running() -> Iterator[None]:
+    """Around a submodule's engine call: what it computes counts as the engine's."""
+    counter = getattr(_counting, "counter", None)
+    if counter is None:
+        yield
+        return
+    counter.in_engine += 1
+    try:
+        yield
+    finally:
+        counter.in_engine -= 1
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Around an export and engine build during a counted call: the count's dispatch mode must
+    not see the exporter's tracing."""
+    if not counting():
+        yield
+        return
+    with _compat.disable_dispatch_modes():
+        yield
 
 
 def splits(error: ORTModuleError) -> bool:
@@ -113,6 +168,8 @@ class Split:
         self._depth = 0  # calls in flight (threads, or a forward calling the module again)
         wrappers: dict[int, ORTModule] = {}
         self.entries: list[_Entry] = []
+        # (FLOPs in the submodules' engines, FLOPs of the whole forward), counted on the first call
+        self.flops: tuple[int, int] | None = None
 
         def candidate(m: torch.nn.Module) -> bool:
             return (not isinstance(m, ORTModule) and not fsdp_managed(m) and not _single_layer(m)
@@ -151,9 +208,21 @@ class Split:
                         e.parent._modules[e.key] = e.wrapper.module
 
     def run(self, args: tuple, kwargs: dict) -> Any:
-        """The module's forward, eagerly, its candidate children through their ORTModules."""
+        """The module's forward, eagerly, its candidate children through their ORTModules. The
+        first call of the outermost split counts the forward's FLOPs, and those spent while a
+        submodule's engine ran (engine_flop_share)."""
         with self._swapped():
-            return self._module(*args, **kwargs)
+            if self.flops is not None or counting() or _compat.disable_dispatch_modes is None:
+                return self._module(*args, **kwargs)
+            counter = _FlopCount()
+            _counting.counter = counter
+            try:
+                with counter:
+                    out = self._module(*args, **kwargs)
+            finally:
+                _counting.counter = None
+            self.flops = (counter.engine, counter.total)
+            return out
 
     def statuses(self, prefix: str = "") -> Iterator[SubmoduleStatus]:
         """Where each candidate runs, in module order; a child that split is followed by its own."""
@@ -186,6 +255,14 @@ class Split:
         inside = {id(p): p.numel() for m in self._engine_modules() for p in m.parameters()}
         return sum(inside.values()) / max(1, sum(total.values()))
 
+    def engine_flop_share(self) -> float | None:
+        """The share of the forward's FLOPs (matrix products, convolutions, attention) spent in
+        the submodules' engines, as counted on the first call; None before it, or when the
+        forward has no such operation."""
+        if self.flops is None or not self.flops[1]:
+            return None
+        return self.flops[0] / self.flops[1]
+
     def describe(self) -> str:
         """The split in one paragraph, for the one warning."""
         groups: dict[str, list[SubmoduleStatus]] = {}
@@ -193,8 +270,10 @@ class Split:
             groups.setdefault(s.runs, []).append(s)
         if not groups.get("engine"):
             return "no submodule could run in the engine instead; the whole module runs eagerly"
+        flops = self.engine_flop_share()
         parts = [f"in the engine: {_names(s.name for s in groups['engine'])} "
-                 f"({self.engine_parameter_share():.0%} of the parameters)"]
+                 f"({self.engine_parameter_share():.0%} of the parameters"
+                 + (f", {flops:.0%} of the forward's FLOPs)" if flops is not None else ")")]
         for runs in ("split", "eager"):
             for s in groups.get(runs, ()):
                 reason = s.reason.splitlines()[0] if s.reason else ""
