@@ -48,7 +48,7 @@ mkdir -p "$TREE/build/third_party"
 # By content, not modification time, and a changed file gets the time of the copy: a source
 # edited before the copy's last build but synced after it must still look newer than its object.
 rsync -rlpD --checksum --delete --exclude=/.git --filter=':- .gitignore' "$ROOT/" "$TREE/"
-# protobuf-lite and the generated ONNX classes do not depend on torch: reuse the checkout's.
+# protobuf-lite and the ONNX arity table do not depend on torch: reuse the checkout's.
 if [ -d "$ROOT/build/generated" ] && [ -d "$ROOT/build/third_party/protobuf-lite" ]; then
   rsync -a "$ROOT/build/generated" "$TREE/build/"
   rsync -a "$ROOT/build/third_party/protobuf-lite" "$TREE/build/third_party/"
