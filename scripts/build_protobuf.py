@@ -248,14 +248,16 @@ SOLO = frozenset(f"third_party/abseil-cpp/absl/{f}" for f in (
 
 
 def unity_groups(root: str, sources: list[str], groups: int, folder: str) -> list[str]:
-    """`groups` files under `folder` that each #include a share of `sources` (absolute paths);
-    rewritten only when their text changes."""
+    """`groups` files under `folder` that each #include a share of `sources`, by paths relative
+    to the folder (the same text in every checkout: ccache's hits carry over); rewritten only when
+    their text changes."""
     os.makedirs(folder, exist_ok=True)
     groups = max(1, min(groups, len(sources)))
     out = []
     for i in range(groups):
         path = os.path.join(folder, f"group_{i}.cc")
-        text = "".join(f'#include "{os.path.join(root, f)}"\n' for f in sources[i::groups])
+        text = "".join(f'#include "{os.path.relpath(os.path.join(root, f), folder)}"\n'
+                       for f in sources[i::groups])
         if not os.path.exists(path) or open(path).read() != text:
             with open(path, "w") as f:
                 f.write(text)
