@@ -77,29 +77,33 @@ class _FlopCount(_compat.TorchDispatchMode or object):
         return out
 
 
-@contextlib.contextmanager
-def engine_running() -> Iterator[None]:
-    """Around a submodule's engine call: what it computes counts as the engine's."""
+_NOTHING = contextlib.nullcontext()  # what the hooks below are on every call but a counted one
+
+
+class _InEngine:
+    """While entered, what the counter sees is the engine's."""
+
+    def __init__(self, counter: "_FlopCount"):
+        self._counter = counter
+
+    def __enter__(self):
+        self._counter.in_engine += 1
+
+    def __exit__(self, *exc):
+        self._counter.in_engine -= 1
+
+
+def engine_running():
+    """Around a submodule's engine call: during a counted call, what it computes counts as the
+    engine's."""
     counter = getattr(_counting, "counter", None)
-    if counter is None:
-        yield
-        return
-    counter.in_engine += 1
-    try:
-        yield
-    finally:
-        counter.in_engine -= 1
+    return _NOTHING if counter is None else _InEngine(counter)
 
 
-@contextlib.contextmanager
-def uncounted() -> Iterator[None]:
-    """Around an export and engine build during a counted call: the count's dispatch mode must
+def uncounted():
+    """Around an export and engine build: during a counted call, the count's dispatch mode must
     not see the exporter's tracing."""
-    if not counting():
-        yield
-        return
-    with _compat.disable_dispatch_modes():
-        yield
+    return _compat.disable_dispatch_modes() if counting() else _NOTHING
 
 
 def splits(error: ORTModuleError) -> bool:

@@ -10,11 +10,9 @@ outer one, its stages named after the submodule.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
-from typing import Iterator
 
 DELAY = 3.0  # seconds of silence before the first line
 
@@ -92,22 +90,28 @@ class Progress:
             self._write(f"{self._name}: ready in {end - self._start:.1f} s ({parts})")
 
 
-@contextlib.contextmanager
-def preparing(name: str, enabled: bool) -> Iterator[None]:
-    """Reports the stages (stage()) of the preparation of module `name` in this thread. Cheap
-    when no stage comes (a steady call): the timer starts with the first stage."""
-    if getattr(_local, "name", None) is not None:  # a submodule's: its stages go to the outer line
-        _local.prefix = (*_local.prefix, name)
-        try:
-            yield
-        finally:
+class preparing:
+    """`with preparing(name, enabled):` reports the stages (stage()) of the preparation of module
+    `name` in this thread. Entered on every call, so it does almost nothing unless a stage comes:
+    the timer starts with the first stage."""
+
+    __slots__ = ("_name", "_enabled", "_outer")
+
+    def __init__(self, name: str, enabled: bool):
+        self._name, self._enabled = name, enabled
+
+    def __enter__(self):
+        self._outer = getattr(_local, "name", None) is not None
+        if self._outer:  # a submodule's: its stages go to the outer line, named
+            _local.prefix = (*_local.prefix, self._name)
+        else:
+            _local.name, _local.enabled, _local.prefix = self._name, self._enabled, ()
+            _local.start, _local.current = time.perf_counter(), None
+
+    def __exit__(self, *exc):
+        if self._outer:
             _local.prefix = _local.prefix[:-1]
-        return
-    _local.name, _local.enabled, _local.prefix = name, enabled, ()
-    _local.start, _local.current = time.perf_counter(), None
-    try:
-        yield
-    finally:
+            return
         progress, _local.current, _local.name = _local.current, None, None
         if progress is not None:
             progress.finish()
