@@ -50,25 +50,14 @@ def rel_glob(pattern):
 
 def unity(files, name):
     """`files` compiled as a few translation units that each #include several of them (a unity
-    build). Every runtime source parses ATen's headers first, about 6 s of a 2-core machine's time
-    each, and every core source the STL and the IR's headers; grouped, the headers are parsed once
-    per group. Two groups per compile job keep every core busy. The group files are rewritten only when their text changes, so ninja and ccache
-    keep their results; ninja's dependency files name the included sources, so an edited source
-    rebuilds its group."""
-    groups = max(1, min(len(files), 2 * int(os.environ["MAX_JOBS"])))
-    folder = os.path.join("build", "unity")
-    os.makedirs(os.path.join(ROOT, folder), exist_ok=True)
-    out = []
-    for i in range(groups):
-        path = os.path.join(folder, f"{name}_{i}.cc")
-        text = ("// Written by setup.py: a unity translation unit (TORCH_ORT_UNITY=0 compiles the sources one by one).\n"
-                + "".join(f'#include "{f}"\n' for f in files[i::groups]))
-        full = os.path.join(ROOT, path)
-        if not os.path.exists(full) or open(full).read() != text:
-            with open(full, "w") as f:
-                f.write(text)
-        out.append(path)
-    return out
+    build, scripts/build_protobuf.py's unity_groups). Every runtime source parses ATen's headers
+    first, about 6 s of a 2-core machine's time each, and every core source the STL and the IR's
+    headers; grouped, the headers are parsed once per group. Two groups per compile job keep every
+    core busy; ninja's dependency files name the included sources, so an edited source rebuilds
+    its group. TORCH_ORT_UNITY=0 compiles the sources one by one."""
+    groups = script("build_protobuf").unity_groups(ROOT, files, 2 * int(os.environ["MAX_JOBS"]),
+                                                   os.path.join(ROOT, "build", "unity"), name)
+    return [os.path.relpath(p, ROOT) for p in groups]
 
 
 # Core sources that define a file-local name another core source defines too: compiled on their

@@ -247,7 +247,7 @@ SOLO = frozenset(f"third_party/abseil-cpp/absl/{f}" for f in (
     "time/internal/cctz/src/time_zone_format.cc", "time/time.cc", "time/format.cc"))
 
 
-def unity_groups(root: str, sources: list[str], groups: int, folder: str) -> list[str]:
+def unity_groups(root: str, sources: list[str], groups: int, folder: str, name: str = "group") -> list[str]:
     """`groups` files under `folder` that each #include a share of `sources`, by paths relative
     to the folder (the same text in every checkout: ccache's hits carry over); rewritten only when
     their text changes."""
@@ -255,7 +255,7 @@ def unity_groups(root: str, sources: list[str], groups: int, folder: str) -> lis
     groups = max(1, min(groups, len(sources)))
     out = []
     for i in range(groups):
-        path = os.path.join(folder, f"group_{i}.cc")
+        path = os.path.join(folder, f"{name}_{i}.cc")
         text = "".join(f'#include "{os.path.relpath(os.path.join(root, f), folder)}"\n'
                        for f in sources[i::groups])
         if not os.path.exists(path) or open(path).read() != text:

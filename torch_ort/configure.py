@@ -44,9 +44,7 @@ def _versions(r: _Report) -> None:
     import torch
 
     import torch_ort
-    from torch_ort import _extension
-
-    from torch_ort import _distribution
+    from torch_ort import _distribution, _extension
 
     r.line("torch_ort", f"{torch_ort.__version__} ({os.path.dirname(torch_ort.__file__)})")
     installed = _version(_distribution.NAME)
