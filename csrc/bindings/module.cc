@@ -114,7 +114,9 @@ void set_nodes_error(PyObject* type, const NodesError& e) {
 void register_errors(py::module_& m) {
   // All are RuntimeError subclasses, so `except RuntimeError` callers keep working.
   py::register_exception<OnnxImportError>(m, "OnnxImportError", PyExc_RuntimeError);
-  py::register_exception<VerifyError>(m, "VerifyError", PyExc_RuntimeError);
+  py::handle verify_error = py::register_exception<VerifyError>(m, "VerifyError", PyExc_RuntimeError);
+  // Registered after its base, so tried first: the engine's export retry catches it by type.
+  py::register_exception<ShapeInferenceError>(m, "ShapeInferenceError", verify_error.ptr());
   static PyObject* gradient_error =
       py::register_exception<GradientError>(m, "GradientError", PyExc_RuntimeError).ptr();
   static PyObject* unsupported_op_error =

@@ -8,7 +8,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
 #include "csrc/runtime/dtype.h"
@@ -51,7 +51,7 @@ Engine::Engine(const std::string& onnx_bytes, EngineOptions options)
   for (auto* steps : {&forward_steps_, &backward_steps_}) {
     std::vector<CompiledStep> kept;
     for (CompiledStep& s : *steps) {
-      if (s.node->op_type != "Constant" || !s.node->domain.empty() || !s.node->inputs.empty()) {
+      if (!is_constant(*s.node)) {
         kept.push_back(std::move(s));
         continue;
       }

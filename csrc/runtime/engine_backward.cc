@@ -7,7 +7,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"

@@ -10,7 +10,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/runtime/errors.h"
 

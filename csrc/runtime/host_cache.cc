@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "csrc/core/autodiff/aten_op.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/aten_op.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/planner/placement.h"
 #include "csrc/runtime/executor.h"
 

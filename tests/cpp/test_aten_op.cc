@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/verifier.h"

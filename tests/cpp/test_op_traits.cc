@@ -1,4 +1,4 @@
-// The op-traits registry (csrc/core/ops/op_traits.h): each trait holds exactly the ops the stages
+// The op-traits registry (csrc/core/ir/op_traits.h): each trait holds exactly the ops the stages
 // relied on when they kept their own lists (cse, elementwise_chain_fusion, recompute, placement,
 // memory planning, type inference, autodiff), and every entry names an op the core knows.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "csrc/core/autodiff/gradient_registry.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort {

@@ -8,7 +8,7 @@
 
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/verifier.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/passes/pass.h"
 #include "tests/cpp/grad_cases.h"
 #include "tests/cpp/ir_builders.h"

@@ -54,7 +54,7 @@ bool GradCtx::is_const(int i) const {
   if (g_.initializers.count(v)) return true;
   GraphIndex idx(g_);
   NodeId p = idx.producer[v];
-  return p >= 0 && g_.nodes[p].op_type == "Constant";
+  return p >= 0 && is_constant(g_.nodes[p]);
 }
 
 int64_t GradCtx::opset() const {
@@ -66,7 +66,7 @@ std::vector<int64_t> GradCtx::const_ints(int i) const {
   ValueId v = in(i);
   if (auto it = g_.initializers.find(v); it != g_.initializers.end()) return it->second.as_int64s();
   for (const Node& n : g_.nodes) {
-    if (n.op_type != "Constant" || n.outputs.empty() || n.outputs[0] != v) continue;
+    if (!is_constant(n) || n.outputs.empty() || n.outputs[0] != v) continue;
     if (const TensorData* t = n.attrs.get_tensor("value")) return t->as_int64s();
     if (n.attrs.has("value_ints")) return n.attrs.get_ints("value_ints", {});
     if (n.attrs.has("value_int")) return {n.attrs.get_int("value_int", 0)};

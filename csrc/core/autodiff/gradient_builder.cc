@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <map>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 namespace {

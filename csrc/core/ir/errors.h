@@ -24,6 +24,9 @@ struct NodesError : std::runtime_error {
 
 struct OnnxImportError : std::runtime_error { using std::runtime_error::runtime_error; };   // bad bytes / unsupported proto content
 struct VerifyError : std::runtime_error { using std::runtime_error::runtime_error; };       // a broken IR invariant
+// Shape inference proved a node's declared shape wrong, or a rule refused its inputs. Callers that
+// can export again with fewer symbolic dims catch this one, never a VerifyError's text.
+struct ShapeInferenceError : VerifyError { using VerifyError::VerifyError; };
 struct GradientError : NodesError { using NodesError::NodesError; };        // no rule / bad node for autodiff
 struct UnsupportedOpError : NodesError { using NodesError::NodesError; };   // no kernel for an op
 

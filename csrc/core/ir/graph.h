@@ -43,6 +43,10 @@ struct Node {
   std::string describe() const;  // "Gemm (node /fc1/Gemm)"
 };
 
+// An ONNX Constant node: its value is an attribute (value, value_float, value_ints, ...; read by
+// pattern::constant_node_data). The one test every stage uses.
+inline bool is_constant(const Node& n) { return n.op_type == "Constant" && n.domain.empty() && n.inputs.empty(); }
+
 class Graph {
  public:
   // --- values: ids are stable for the graph's lifetime; names are unique.

@@ -9,7 +9,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "csrc/core/ir/errors.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 namespace {

@@ -13,7 +13,7 @@
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
 #include "csrc/core/ir/op_arity.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 

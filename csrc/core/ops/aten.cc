@@ -1,4 +1,4 @@
-// The aten family: ops that run PyTorch code (autodiff/aten_op.h): our ATenOp and PythonOp,
+// The aten family: ops that run PyTorch code (ir/aten_op.h): our ATenOp and PythonOp,
 // ATenOpGrad, and torch.onnx's ATen fallback. Never merged; their outputs view their results and
 // inputs; their host inputs depend on each node's arguments (placement.cc reads them). Kernels:
 // csrc/runtime/kernels/aten_*.cc.
@@ -7,7 +7,7 @@
 //
 // The gradient of ATenOp and PythonOp is one ATenOpGrad node that hands the forward's autograd
 // state to torch.autograd.backward (see aten_op.h for the outputs it reads).
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/graph.h"

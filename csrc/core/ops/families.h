@@ -13,7 +13,7 @@
 
 #include <vector>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort::ops {
 

@@ -1,6 +1,6 @@
-// The op-traits registry (op_traits.h): every family's lines (ops/<family>.cc, families.h) in one
-// index, built on first use.
-#include "csrc/core/ops/op_traits.h"
+// The op-traits registry declared by ir/op_traits.h: every family's lines (ops/<family>.cc,
+// families.h) in one index, built on first use.
+#include "csrc/core/ir/op_traits.h"
 
 #include <map>
 #include <stdexcept>

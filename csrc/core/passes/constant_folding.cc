@@ -12,7 +12,7 @@
 
 #include "csrc/core/eval/eval.h"
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -60,7 +60,7 @@ class ConstantFolding final : public Pass {
         continue;
       const ValueId out = n.outputs[0];
       if (is_graph_output(g, out)) continue;  // outputs stay produced by nodes
-      if (n.op_type == "Constant" && n.inputs.empty()) {
+      if (is_constant(n)) {
         std::optional<TensorData> data;
         try {
           data = constant_node_data(n);

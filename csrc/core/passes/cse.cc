@@ -15,9 +15,9 @@
 #include <unordered_map>
 #include <variant>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {
@@ -27,7 +27,7 @@ using namespace pattern;
 constexpr size_t kMaxConstantBytes = 4096;  // larger initializers are not compared byte by byte
 
 // Random ops draw anew on every call, opaque ones may have effects (and ATenOpGrad consumes the
-// autograd history its ATenOp/PythonOp recorded, once): never merged (ops/op_traits.h).
+// autograd history its ATenOp/PythonOp recorded, once): never merged (ir/op_traits.h).
 bool mergeable(const Node& n) {
   if (is_random(n) || is_opaque(n)) return false;
   for (ValueId o : n.outputs)

@@ -4,7 +4,7 @@
 // its kernel does not compute it (LinearCrossEntropy's gradient of a frozen weight).
 #include <vector>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/passes/pass.h"
 
 namespace torch_ort {

@@ -18,9 +18,9 @@
 #include <optional>
 #include <vector>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {

@@ -17,7 +17,7 @@
 #include <optional>
 
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {

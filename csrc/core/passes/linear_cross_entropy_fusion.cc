@@ -22,7 +22,7 @@
 #include <utility>
 
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {

@@ -3,7 +3,7 @@
 // the 3-D activation × 2-D weight case (the kernel flattens the rows). Fires only for a bias that
 // varies along the last dim alone ((N) or (1, .., 1, N)); any other Add operand is left alone.
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 #include "csrc/core/passes/rewrite.h"
 
 namespace torch_ort {

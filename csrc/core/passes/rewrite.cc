@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort::rewrite {
 

@@ -15,7 +15,7 @@
 
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {

@@ -5,7 +5,7 @@
 // already exports SoftmaxCrossEntropyLoss). Fires only when the log-probabilities feed nothing
 // else and are normalised along the class axis (1); otherwise the pair stays.
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 #include "csrc/core/passes/rewrite.h"
 
 namespace torch_ort {

@@ -6,7 +6,7 @@
 // Works on any graph, the forward+backward training graph included: it only rewrites a GEMM in
 // place and removes Transposes nobody reads any more, so every remaining node keeps its half.
 #include "csrc/core/passes/pass.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/pattern.h"
 
 namespace torch_ort {
 namespace {

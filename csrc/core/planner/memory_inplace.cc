@@ -2,7 +2,7 @@
 // kernels/elementwise.cc do), and the plan's choice per step (see memory.h).
 #include <algorithm>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/planner/memory.h"
 
 namespace torch_ort {

@@ -26,7 +26,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/strides.h"
 
@@ -353,9 +353,6 @@ std::optional<SymSizes> fresh_strides(const Graph& g, const Node& n, int output,
   return std::nullopt;
 }
 
-bool is_constant_node(const Node& n) {
-  return n.op_type == "Constant" && n.domain.empty() && n.inputs.empty();
-}
 
 }  // namespace
 
@@ -380,7 +377,7 @@ std::vector<ValueLayout> value_layouts(const Graph& g) {
     l[v].data = &data;
   }
   for (const Node& n : g.nodes) {
-    if (is_constant_node(n)) {
+    if (is_constant(n)) {
       if (!n.outputs.empty() && n.outputs[0] != kNoValue) {
         l[n.outputs[0]].constant = true;
         l[n.outputs[0]].data = n.attrs.get_tensor("value");

@@ -9,20 +9,15 @@
 #include <tuple>
 #include <utility>
 
-#include "csrc/core/autodiff/aten_op.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/aten_op.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 namespace {
 
-bool is_default_domain(const Node& n) { return n.domain.empty(); }
-
 // Shape and Size read only their input's sizes: it may live anywhere, and they compute on the host.
 bool reads_metadata_only(const Node& n) { return op_traits(n).reads_metadata_only; }
 
-bool is_constant_node(const Node& n) {
-  return is_default_domain(n) && n.op_type == "Constant" && n.inputs.empty();
-}
 
 // A value small enough for the host: a static size of at most kMaxHostElements elements.
 bool is_small(const Graph& g, ValueId v) {
@@ -82,7 +77,7 @@ Placement place_host_values(Graph& g, std::vector<ValueId>* device_roots) {
   std::vector<char> constant(g.num_values(), 0);
   for (const auto& [v, _] : g.initializers) constant[v] = 1;
   for (const Node& n : g.nodes)
-    if (is_constant_node(n))
+    if (is_constant(n))
       for (ValueId v : n.outputs)
         if (v != kNoValue) constant[v] = 1;
 

@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "csrc/core/ops/op_traits.h"
-#include "csrc/core/passes/pattern.h"
+#include "csrc/core/ir/op_traits.h"
+#include "csrc/core/ir/pattern.h"
 #include "csrc/core/planner/memory.h"
 #include "csrc/core/planner/plan.h"
 
@@ -72,7 +72,7 @@ struct Facts {
     for (const auto& [v, data] : g.initializers) cheap[v] = 1;
     for (ValueId v = 0; v < g.num_values(); ++v) {
       const NodeId p = idx.producer[v];
-      if (p >= 0 && is_onnx(g.nodes[p], "Constant")) cheap[v] = 1;
+      if (p >= 0 && is_constant(g.nodes[p])) cheap[v] = 1;
       if (is_metadata(v)) cheap[v] = 1;
     }
   }

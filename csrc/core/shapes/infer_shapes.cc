@@ -24,7 +24,7 @@ void merge(Graph& g, const Node& n, size_t k, const Shape& inferred) {
     return;
   }
   const auto contradiction = [&] {
-    throw VerifyError("shape inference: the graph gives " + where(g, n, k) + " the shape " +
+    throw ShapeInferenceError("shape inference: the graph gives " + where(g, n, k) + " the shape " +
                       held.to_string() + ", but " + n.op_type + " computes " + inferred.to_string());
   };
   if (held.dims.size() != inferred.dims.size()) contradiction();

@@ -82,7 +82,7 @@ void ShapeCtx::set_values(int k, SymValues v, bool scalar) {
 }
 
 void ShapeCtx::fail(const std::string& why) const {
-  throw VerifyError("shape inference: " + node_.describe() + ": " + why);
+  throw ShapeInferenceError("shape inference: " + node_.describe() + ": " + why);
 }
 
 ShapeRegistry& ShapeRegistry::instance() {

@@ -1,7 +1,7 @@
 // com.torch_ort::ATenOp and ATenOpGrad: an ATen operator called through the dispatcher by name,
 // with PyTorch autograd as its backward. The attribute encoding is written down in
 // torch_ort/ortmodule/translations/aten_op.py; the extra training outputs in
-// csrc/core/autodiff/aten_op.h.
+// csrc/core/ir/aten_op.h.
 #include <mutex>
 #include <optional>
 #include <set>
@@ -15,7 +15,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/kernels/autograd_node.h"
 #include "csrc/runtime/kernels/common.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "csrc/core/autodiff/aten_op.h"
+#include "csrc/core/ir/aten_op.h"
 #include "csrc/runtime/kernels/autograd_node.h"
 #include "csrc/runtime/python_op.h"
 

@@ -1,4 +1,4 @@
-// Nodes whose backward is PyTorch autograd (ATenOp, PythonOp; csrc/core/autodiff/aten_op.h):
+// Nodes whose backward is PyTorch autograd (ATenOp, PythonOp; csrc/core/ir/aten_op.h):
 // the forward runs the callee against fresh leaves with grad mode on when a gradient will be asked
 // for, and hands the results' autograd history to the ATenOpGrad kernel through the saved set.
 #pragma once

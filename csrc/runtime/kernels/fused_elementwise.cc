@@ -30,7 +30,7 @@
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros.h>
 
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 #include "csrc/runtime/kernel.h"
 #include "csrc/runtime/kernels/cpu/gelu.h"
 

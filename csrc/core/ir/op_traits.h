@@ -3,12 +3,10 @@
 // "is this op random?" here instead of keeping its own list of names. The family file that holds
 // an op's traits line also holds its shape rule and its gradient rule (families.h).
 //
-// Layering: this header sits just above the IR's data types (ir/graph.h, ir/dtype.h,
-// ir/op_arity.h's OpArity) and below
-// every stage that reads it (ir/type_inference, passes, planner, autodiff, the runtime). It
-// includes nothing else from the core, so ir/, passes/ and planner/ may include it. The family
-// .cc files are the other way round: registration units at the top of the core, they include
-// shapes/ and autodiff/ headers; nothing includes them.
+// Layering: declared in the IR stage (it includes only ir/ headers), so every stage may read it
+// (scripts/include_graph.py holds the stages to their order). The entries are the other way
+// round: ops/<family>.cc, the registration units at the top of the core, define them, and
+// ops/op_traits.cc indexes them; nothing below includes an ops/ header.
 //
 // An op without an entry has no traits (every flag false, every list empty): each stage then
 // takes its conservative path (not fused, not recomputed, allocated, on the device, ...).
@@ -55,7 +53,7 @@ enum class ViewRule : uint8_t {
   kSpread,        // ReduceSumGrad: unsqueeze + expand of dY
   kReduceNoop,    // ReduceSum/ReduceMean with noop_with_empty_axes and no axes
   kSingleSum,     // Sum of one operand
-  kAutogradOp,    // ATenOp/PythonOp: results and detached inputs (autodiff/aten_op.h)
+  kAutogradOp,    // ATenOp/PythonOp: results and detached inputs (ir/aten_op.h)
 };
 
 struct OpTraits {

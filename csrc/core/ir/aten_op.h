@@ -13,7 +13,7 @@
 #pragma once
 
 #include "csrc/core/ir/graph.h"
-#include "csrc/core/ops/op_traits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 

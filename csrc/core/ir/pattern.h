@@ -66,7 +66,7 @@ inline std::optional<TensorData> constant_of(const Graph& g, const GraphIndex& i
   if (v == kNoValue) return std::nullopt;
   if (auto it = g.initializers.find(v); it != g.initializers.end()) return it->second;
   const Node* p = producer(g, idx, v);
-  if (!p || !is_onnx(*p, "Constant") || !p->inputs.empty()) return std::nullopt;
+  if (!p || !is_constant(*p)) return std::nullopt;
   try {
     return constant_node_data(*p);
   } catch (const std::exception&) {  // an attribute of the wrong kind: not a constant we read
