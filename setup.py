@@ -37,8 +37,8 @@ os.environ.setdefault("CCACHE_BASEDIR", ROOT)
 
 
 def our_version() -> str:
-    """torch_ort/__init__.py's __version__, the one source of the version number."""
-    with open(os.path.join(ROOT, "torch_ort", "__init__.py")) as f:
+    """torch_ort/_version.py's __version__, the one source of the version number."""
+    with open(os.path.join(ROOT, "torch_ort", "_version.py")) as f:
         return re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE).group(1)
 
 

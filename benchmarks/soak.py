@@ -158,7 +158,7 @@ def main() -> None:
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return
-    from torch_ort.ortmodule.variables import Settings
+    from torch_ort.ortmodule.policy.variables import Settings
     result = {"every": args.every, "settle": args.settle, "schemas": args.schemas,
               "max_cached_graphs": getattr(Settings.from_env(), "max_cached_graphs", None),
               "cpu": cpu_model(), "machine": machine(), "date": time.strftime("%Y-%m-%d"),

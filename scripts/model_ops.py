@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import model_zoo  # noqa: E402  (lives next to the tests that use it)
 
 from torch_ort import _C  # noqa: E402
-from torch_ort.ortmodule import hf  # noqa: E402
-from torch_ort.ortmodule.exporter import export_module  # noqa: E402
+from torch_ort.ortmodule.integrations import hf  # noqa: E402
+from torch_ort.ortmodule.export.exporter import export_module  # noqa: E402
 
 
 def exported_ops(name: str) -> collections.Counter:

@@ -8,6 +8,7 @@ from torch_ort import optim, utils
 from torch_ort.ortmodule import (ConfigurationWarning, DebugOptions, Examination, FallbackStatus, LogLevel,
                                  ORTModule, ORTModuleFallbackWarning, SubmoduleStatus, TorchOrtWarning, examine)
 from torch_ort import _distribution
+from torch_ort._version import __version__
 
 _distribution.warn_if_conflicting(TorchOrtWarning)
 
@@ -32,4 +33,3 @@ def pass_names() -> list[str]:
 __all__ = ["ORTModule", "DebugOptions", "LogLevel", "FallbackStatus", "SubmoduleStatus",
            "ORTModuleFallbackWarning", "TorchOrtWarning", "ConfigurationWarning", "optim", "pass_names",
            "utils", "examine", "Examination"]
-__version__ = "0.1.0"

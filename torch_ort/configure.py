@@ -98,7 +98,7 @@ def _extensions(r: _Report) -> bool:
 
 
 def _settings(r: _Report) -> None:
-    from torch_ort.ortmodule.variables import VARIABLES, Settings
+    from torch_ort.ortmodule.policy.variables import VARIABLES, Settings
 
     try:
         settings = Settings.from_env()

@@ -59,7 +59,7 @@ py::dict measured_dict(const MeasuredMemory& m) {
   return d;
 }
 
-// The memory report as plain data; torch_ort.ortmodule.memory_report builds the user-facing object.
+// The memory report as plain data; torch_ort.ortmodule.engine.memory_report builds the user-facing object.
 py::dict report_dict(const Graph& g, const MemoryReport& r) {
   py::dict predicted;
   const PeakEstimate& p = r.predicted;
@@ -148,7 +148,7 @@ void register_errors(py::module_& m) {
 
 // The PythonOp kernel's way back into Python (csrc/runtime/python_op.h). Kernels run without the
 // GIL; the callback takes it for the call. A Python exception becomes a C++ one carrying its text
-// (the executor names the node); torch_ort.ortmodule.python_op keeps the original to re-raise.
+// (the executor names the node); torch_ort.ortmodule.export.python_op keeps the original to re-raise.
 void install_python_op_runner(py::object fn) {
   auto holder = std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
     if (Py_IsInitialized()) {
@@ -358,7 +358,7 @@ PYBIND11_MODULE(_C, m) {
       "backward that has not finished; each dies with the outputs (autograd graph) that own it.");
   m.def("set_python_op_runner", &install_python_op_runner, py::arg("runner"),
         "Installs run(func_id, args: list[Tensor | None], record: bool) -> list[Tensor], the "
-        "callback PythonOp nodes call (torch_ort.ortmodule.python_op installs it).");
+        "callback PythonOp nodes call (torch_ort.ortmodule.export.python_op installs it).");
   m.def("verify_onnx",
         [](py::bytes onnx) {
           std::string bytes = onnx;

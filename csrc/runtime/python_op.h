@@ -1,7 +1,7 @@
 // com.torch_ort::PythonOp: a user torch.autograd.Function kept opaque through export. The node
 // carries only a registry id (attribute func_id) and a name; the Function, its non-tensor
 // arguments and its output structure live in this process's registry
-// (torch_ort/ortmodule/python_op.py), never in the model file. The runtime reaches that registry
+// (torch_ort/ortmodule/export/python_op.py), never in the model file. The runtime reaches that registry
 // through one callback, installed by the Python bindings, so this layer stays free of pybind11.
 #pragma once
 

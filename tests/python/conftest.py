@@ -38,7 +38,7 @@ def strict(request, monkeypatch):
 def torch_ort_logger_state():
     """Every test: the torch_ort logger's level and rank filter are put back afterwards (a level
     asked for through DebugOptions or ORTMODULE_LOG_LEVEL stays set, as logging levels do)."""
-    from torch_ort.ortmodule.debug_options import LOGGER, RANK_FILTER
+    from torch_ort.ortmodule.policy.debug_options import LOGGER, RANK_FILTER
     level, every_rank = LOGGER.level, RANK_FILTER.every_rank
     yield
     LOGGER.setLevel(level)

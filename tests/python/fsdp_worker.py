@@ -97,7 +97,7 @@ def refusals() -> dict:
     the fallback under the default policy, and the error at the first call when fully_shard is
     applied inside an ORTModule after it was built."""
     from torch_ort import ORTModule
-    from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+    from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
     out = {}
     try:
         ORTModule(build("eager", 0))

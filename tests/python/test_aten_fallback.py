@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from conftest import twin
 from torch_ort import DebugOptions, LogLevel, ORTModule, _C
-from torch_ort.ortmodule.aten_routing import ops_from_engine_error
-from torch_ort.ortmodule.exporter import export_module
-from torch_ort.ortmodule.fallback_policy import ORTModuleONNXModelException
-from torch_ort.ortmodule.translations.aten_op import qualified_name
+from torch_ort.ortmodule.export.aten_routing import ops_from_engine_error
+from torch_ort.ortmodule.export.exporter import export_module
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleONNXModelException
+from torch_ort.ortmodule.export.translations.aten_op import qualified_name
 
 KERNELS = set(_C.kernel_ops())
 GRADIENTS = set(_C.gradient_ops())

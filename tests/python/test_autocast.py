@@ -145,20 +145,20 @@ def test_cuda_autocast_gets_cpu_autocasts_float32_rule_for_cross_entropy_while_e
     op itself, so a trace kept it whole in bf16; while an export traces under CUDA autocast the op
     gets CPU autocast's rule (inputs to float32), and only then. (The dtype on a GPU:
     tests/python/test_gpu_parity.py.)"""
-    from torch_ort.ortmodule import exporter
+    from torch_ort.ortmodule.export import autocast
 
     def registered():
         return torch._C._dispatch_has_kernel_for_dispatch_key("aten::cross_entropy_loss", "AutocastCUDA")
 
     assert not registered()
     cuda = (("cuda", torch.bfloat16),)
-    with exporter._cuda_autocast_float32_losses(cuda):
+    with autocast._cuda_autocast_float32_losses(cuda):
         assert registered()
-        with exporter._cuda_autocast_float32_losses(cuda):  # a nested export
+        with autocast._cuda_autocast_float32_losses(cuda):  # a nested export
             assert registered()
         assert registered()
     assert not registered()
-    with exporter._cuda_autocast_float32_losses((("cpu", torch.bfloat16),)):
+    with autocast._cuda_autocast_float32_losses((("cpu", torch.bfloat16),)):
         assert not registered()  # CPU autocast has its own rule
 
     gen = torch.Generator().manual_seed(0)
@@ -166,7 +166,7 @@ def test_cuda_autocast_gets_cpu_autocasts_float32_rule_for_cross_entropy_while_e
     labels, weight = torch.randint(0, 5, (6, 3), generator=gen), torch.rand(5, generator=gen)
     probs = torch.softmax(torch.randn(6, 5, 3, generator=gen), 1).to(torch.bfloat16)
     for target, kw in ((labels, {}), (labels, dict(label_smoothing=0.1)), (probs, {})):
-        got = exporter.float32_cross_entropy(logits, target, weight.to(torch.bfloat16), 1, -100,
+        got = autocast.float32_cross_entropy(logits, target, weight.to(torch.bfloat16), 1, -100,
                                              kw.get("label_smoothing", 0.0))
         want = F.cross_entropy(logits.float(), target.float() if target.is_floating_point() else target,
                                weight.to(torch.bfloat16).float(), **kw)

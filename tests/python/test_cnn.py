@@ -135,7 +135,7 @@ def test_conv1d_batchnorm_variants_train_like_eager(strict):
 
 def test_buffer_updates_are_trailing_graph_outputs():
     """What the exporter hands the engine: user outputs first, then one output per mutated buffer."""
-    from torch_ort.ortmodule.exporter import export_module
+    from torch_ort.ortmodule.export.exporter import export_module
 
     model = SmallCNN().train()
     x, y = batch(torch.Generator().manual_seed(3), 4)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from torch_ort import ConfigurationWarning, DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule.variables import VARIABLES, RecomputePlan, Settings
+from torch_ort.ortmodule.policy.variables import VARIABLES, RecomputePlan, Settings
 
 ORT_NAMES = {  # ../shared/ORT_REFERENCE.md's table
     "ORTMODULE_ONNX_OPSET_VERSION", "ORTMODULE_FALLBACK_POLICY", "ORTMODULE_FALLBACK_RETRY",
@@ -215,7 +215,7 @@ def _told(record, needle):
 
 
 def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch):
-    from torch_ort.ortmodule import variables
+    from torch_ort.ortmodule.policy import variables
     monkeypatch.setattr(variables, "_told", set())
     assert not {v.name for v in variables.ORT_ONLY} & {v.name for v in VARIABLES}
     monkeypatch.setenv("ORTMODULE_PRINT_INPUT_DENSITY", "1")
@@ -233,7 +233,7 @@ def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch):
 def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
     """ONNX Runtime 1.19's ORTMODULE_* names (its guidelines page, options.py and the other
     os.getenv/_defined_from_envvar calls of its ortmodule package), each in one of the tables."""
-    from torch_ort.ortmodule.variables import ORT_ONLY
+    from torch_ort.ortmodule.policy.variables import ORT_ONLY
     ort_1_19 = ORT_NAMES | {
         "ORTMODULE_PRINT_INPUT_DENSITY", "ORTMODULE_ENABLE_SPARSE_OPTIMIZER",
         "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "ORTMODULE_CONV_ALGO_SEARCH",
@@ -245,7 +245,7 @@ def test_every_onnx_runtime_variable_is_ours_or_said_to_have_no_effect():
 
 
 def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch):
-    from torch_ort.ortmodule import variables
+    from torch_ort.ortmodule.policy import variables
     monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_USE_TRITON", "1")
     with warnings.catch_warnings(record=True) as record:
@@ -257,7 +257,7 @@ def test_an_onnx_runtime_only_variable_warns_once_saying_why(monkeypatch):
 
 
 def test_a_misspelled_variable_warns_once_with_the_closest_name(monkeypatch):
-    from torch_ort.ortmodule import variables
+    from torch_ort.ortmodule.policy import variables
     monkeypatch.setattr(variables, "_told", set())
     monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LVL", "1")
     monkeypatch.setenv("ORTMODULE_ZZZ", "1")
@@ -290,7 +290,7 @@ def record(level):
 
 
 def test_log_level_env_overrides_and_quiets_other_ranks(monkeypatch):
-    from torch_ort.ortmodule.debug_options import RANK_FILTER
+    from torch_ort.ortmodule.policy.debug_options import RANK_FILTER
     logger = logging.getLogger("torch_ort")
     monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "INFO")
     ORTModule(Small(), DebugOptions(log_level=LogLevel.ERROR))

@@ -1,4 +1,4 @@
-"""ORTMODULE_USE_CUDA_GRAPH's logic (torch_ort/ortmodule/cuda_graph.py), on the CPU: a stand-in
+"""ORTMODULE_USE_CUDA_GRAPH's logic (torch_ort/ortmodule/engine/cuda_graph.py), on the CPU: a stand-in
 backend whose replay re-runs the captured call into the same tensors, as a CUDA graph's replay
 writes the same addresses. What it checks: when a step is captured and replayed, that replays read
 the inputs copied in and the live parameters and write the static buffers, and the cases that must
@@ -12,7 +12,7 @@ import torch
 import model_zoo
 from test_threads import Scale  # a PythonOp: x * s with its own backward
 from torch_ort import ORTModule
-from torch_ort.ortmodule import cuda_graph
+from torch_ort.ortmodule.engine import cuda_graph
 
 
 class _Rerun:

@@ -216,7 +216,7 @@ class WithFunction(Net):
 def test_cached_graph_naming_a_python_op_is_never_run(strict, monkeypatch, tmp_path, torch_ort_log):
     """An entry whose graph has a PythonOp node, even one naming a Function this process did
     register (another model's), is rejected: cached graphs never run Python."""
-    from torch_ort.ortmodule import python_op
+    from torch_ort.ortmodule.export import python_op
 
     other = ORTModule(WithFunction())           # registers a Counted call site in this process
     other(torch.randn(2, 4)).backward()

@@ -10,7 +10,7 @@ import re
 import torch_ort
 import torch_ort.optim
 import torch_ort.utils.data
-from torch_ort.ortmodule.variables import ORT_ONLY, VARIABLES, documentation
+from torch_ort.ortmodule.policy.variables import ORT_ONLY, VARIABLES, documentation
 
 ROOT = pathlib.Path(__file__).parents[2]
 GUIDE = (ROOT / "docs" / "user_guide.md").read_text()

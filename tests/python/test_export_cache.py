@@ -8,8 +8,8 @@ import torch.nn.functional as F
 import model_zoo
 from conftest import MLPClassifier, classifier_batch, twin
 from torch_ort import ORTModule
-from torch_ort.ortmodule import hf
-from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.integrations import hf
+from torch_ort.ortmodule.export.exporter import export_module
 
 
 class TinyAttention(torch.nn.Module):

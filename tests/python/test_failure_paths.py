@@ -17,9 +17,9 @@ import torch.nn.functional as F
 import torch_ort
 from torch_ort import ORTModule
 from torch_ort.optim import FP16_Optimizer, FusedAdam, FusedLamb
-from torch_ort.ortmodule import bridge
-from torch_ort.ortmodule import runner as runner_mod
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.engine import bridge
+from torch_ort.ortmodule.engine import runner as runner_mod
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
 
 TINY = "0.000001"  # ORTMODULE_GRADIENT_RELEASE in MiB: nearly every parameter is its own group
 VOCAB, WIDTH, CLASSES = 20, 8, 3
@@ -437,7 +437,9 @@ def test_a_failed_re_export_for_the_aten_fallback_leaves_no_runner_without_a_gra
         if len(exports) == 2:
             raise ORTModuleTorchModelException("injected re-export failure")
         return real_export(*args, **kwargs)
-    monkeypatch.setattr(runner_mod.GraphRunner, "_build", lambda self, *a: None)  # "re-export"
+    def export_again(self, *a):
+        raise runner_mod.ExportAgain(runner_mod.Reason.ATEN_OPS, "injected")
+    monkeypatch.setattr(runner_mod.GraphRunner, "_build", export_again)
     monkeypatch.setattr(runner_mod, "export_with_fallback", export)
     with pytest.raises(ORTModuleTorchModelException, match="injected re-export failure"):
         ours(*batch(3))

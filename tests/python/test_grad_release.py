@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_ort
-from torch_ort.ortmodule import bridge
+from torch_ort.ortmodule.engine import bridge
 
 TINY = "0.000001"  # MiB: every parameter whose gradient is final at a new step starts a group
 

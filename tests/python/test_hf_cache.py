@@ -10,8 +10,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, CausalLMOutput
 import model_zoo
 from conftest import twin
 from torch_ort import DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule import hf
-from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.integrations import hf
+from torch_ort.ortmodule.export.exporter import export_module
 
 
 class TinyDecoder(torch.nn.Module):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_ort import _C
-from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.export.exporter import export_module
 
 
 class QKVBlock(torch.nn.Module):

@@ -11,8 +11,8 @@ import torch
 
 import torch_ort
 from torch_ort import DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule import debug_options
-from torch_ort.ortmodule.debug_options import LOGGER, RANK_FILTER
+from torch_ort.ortmodule.policy import debug_options
+from torch_ort.ortmodule.policy.debug_options import LOGGER, RANK_FILTER
 
 PACKAGE = pathlib.Path(debug_options.__file__).parents[1]
 

@@ -10,7 +10,7 @@ import torch
 
 from torch_ort import ORTModule
 from torch_ort.ortmodule import MemoryBudgetError
-from torch_ort.ortmodule.variables import Settings
+from torch_ort.ortmodule.policy.variables import Settings
 
 from test_label_sparsity import llama, sft_batch
 

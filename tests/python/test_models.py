@@ -50,7 +50,7 @@ def assert_same_output_structure(out_o, out_e):
     if isinstance(out_e, tuple):
         assert len(out_o) == len(out_e)
         return
-    # use_cache is turned off while gradients flow (torch_ort/ortmodule/hf.py): no past_key_values.
+    # use_cache is turned off while gradients flow (torch_ort/ortmodule/integrations/hf.py): no past_key_values.
     assert list(out_o.keys()) == [k for k in out_e.keys() if k != "past_key_values"]
 
 

@@ -1,4 +1,4 @@
-"""Our translations of NN ops (torch_ort/ortmodule/translations/nn.py) through ORTModule, against
+"""Our translations of NN ops (torch_ort/ortmodule/export/translations/nn.py) through ORTModule, against
 eager PyTorch: cross-entropy with label smoothing / ignore_index / weights / (N, C, d) inputs /
 probability targets, embedding padding_idx, dropout inside scaled_dot_product_attention, and a
 small transformer-style LM (Embedding, LayerNorm, GELU, Dropout) trained for a few steps."""
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from onnx import helper
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.export.exporter import export_module
 
 
 class Fn(torch.nn.Module):

@@ -10,9 +10,9 @@ import weakref
 import torch
 
 from torch_ort import DebugOptions, LogLevel, ORTModule
-from torch_ort.ortmodule import python_op
-from torch_ort.ortmodule.variables import Settings
-from torch_ort.ortmodule.plan_cache import PlanCache
+from torch_ort.ortmodule.export import python_op
+from torch_ort.ortmodule.policy.variables import Settings
+from torch_ort.ortmodule.engine.plan_cache import PlanCache
 
 from test_threads import Scale  # a PythonOp: x * s with its own backward
 

@@ -6,7 +6,7 @@ import time
 import torch
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule import progress
+from torch_ort.ortmodule.engine import progress
 
 
 def test_quick_preparation_prints_nothing():

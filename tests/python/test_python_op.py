@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule import python_op
+from torch_ort.ortmodule.export import python_op
 
 
 class StraightThrough(torch.autograd.Function):

@@ -1,5 +1,5 @@
 """Exports that do not hold for every size of a symbolic dim export again with fewer dynamic dims
-(exporter.SHAPE_PLANS: every dim dynamic, then size-1 dims static, then every dim static); the
+(shape_plans.SHAPE_PLANS: every dim dynamic, then size-1 dims static, then every dim static); the
 graph records the sizes it fixed, and a call with other sizes exports again instead of running a
 graph specialised to sizes it does not have."""
 import copy
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule import exporter
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.export import exporter
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
 
 
 class SqueezeConv(torch.nn.Module):

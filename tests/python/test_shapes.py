@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from conftest import MLPClassifier, classifier_batch
 from torch_ort import _C
-from torch_ort.ortmodule.exporter import export_module
+from torch_ort.ortmodule.export.exporter import export_module
 
 
 class TinyBlock(torch.nn.Module):

@@ -15,7 +15,7 @@ import torch
 import torch.utils.checkpoint
 
 from torch_ort import ORTModule
-from torch_ort.ortmodule import python_op
+from torch_ort.ortmodule.export import python_op
 
 TIMEOUT = 120  # seconds a thread may take (exports on 2 shared cores are slow)
 

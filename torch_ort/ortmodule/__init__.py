@@ -1,5 +1,5 @@
 """ORTModule and its options (names follow ONNX Runtime Training)."""
-from torch_ort.ortmodule.fallback_policy import (
+from torch_ort.ortmodule.policy.fallback_policy import (
     FallbackPolicy,
     FallbackStatus,
     ORTModuleFallbackWarning,
@@ -11,11 +11,11 @@ from torch_ort.ortmodule.fallback_policy import (
     ORTModuleONNXModelException,
     ORTModuleTorchModelException,
 )
-from torch_ort.ortmodule.debug_options import ConfigurationWarning, DebugOptions, LogLevel, TorchOrtWarning
-from torch_ort.ortmodule.python_op_export import CheckpointNotAllowedError
+from torch_ort.ortmodule.policy.debug_options import ConfigurationWarning, DebugOptions, LogLevel, TorchOrtWarning
+from torch_ort.ortmodule.export.python_op_export import CheckpointNotAllowedError
 from torch_ort.ortmodule.ortmodule import ORTModule
 from torch_ort.ortmodule.examine import Examination, examine
-from torch_ort.ortmodule.runner import MemoryBudgetError
+from torch_ort.ortmodule.engine.memory_budget import MemoryBudgetError
 
 __all__ = [
     "ORTModule", "DebugOptions", "LogLevel", "FallbackPolicy", "FallbackStatus",

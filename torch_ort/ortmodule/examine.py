@@ -18,9 +18,10 @@ from typing import Any, Iterator
 
 import torch
 
-from torch_ort.ortmodule import partial
-from torch_ort.ortmodule.fallback_policy import ORTModuleError
-from torch_ort.ortmodule.translations.aten_op import DOMAIN, qualified_name
+from torch_ort.ortmodule.policy import partial
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleError
+from torch_ort.ortmodule.export.translations.aten_op import DOMAIN, qualified_name
+from torch_ort.ortmodule.ortmodule import ORTModule
 
 _OURS = f"{DOMAIN}::"
 # nodes that call back into ATen's dispatcher or Python (and their gradients): reported by what
@@ -125,7 +126,6 @@ def examine(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Examination:
     memory of a step, and what to change. A model in training mode with parameters that require
     grad is examined for a training step, else for inference. `model` may be an ORTModule (its
     wrapped module is examined, under the same DebugOptions)."""
-    from torch_ort.ortmodule.ortmodule import ORTModule  # (it imports this module's package)
 
     debug = model._debug if isinstance(model, ORTModule) else None
     module = model.module if isinstance(model, ORTModule) else model
@@ -206,7 +206,7 @@ def _split(wrapper, error: ORTModuleError, training: bool, args, kwargs, kernels
                       "takes the whole model")
     if not (runs_partially and wrapper._fallback.covers(error)):
         return [Part("", "eager", reason)], [], (0.0, 0.0), (0.0, 0.0), {}
-    split = partial.Split(wrapper)
+    split = partial.Split(wrapper, ORTModule)
     if not split.entries:
         return [Part("", "eager", reason)], [], (0.0, 0.0), (0.0, 0.0), {}
     wrapper._split = split

@@ -1,6 +1,6 @@
 // com.torch_ort::ATenOp and PythonOp, seen from the torch-free core. ATenOp: a node naming an
 // ATen operator (attributes aten_op, arg_kinds, arg<i>; see
-// torch_ort/ortmodule/translations/aten_op.py); PythonOp: a torch.autograd.Function by
+// torch_ort/ortmodule/export/translations/aten_op.py); PythonOp: a torch.autograd.Function by
 // registry id. Both have PyTorch autograd as their backward, run by the ATenOpGrad kernel.
 //
 // For training, the forward node gains outputs that carry autograd's state into the saved set:

@@ -1,6 +1,6 @@
 // com.torch_ort::ATenOp and ATenOpGrad: an ATen operator called through the dispatcher by name,
 // with PyTorch autograd as its backward. The attribute encoding is written down in
-// torch_ort/ortmodule/translations/aten_op.py; the extra training outputs in
+// torch_ort/ortmodule/export/translations/aten_op.py; the extra training outputs in
 // csrc/core/ir/aten_op.h.
 #include <mutex>
 #include <optional>

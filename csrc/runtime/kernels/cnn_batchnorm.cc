@@ -8,7 +8,7 @@
 // (n−1) batch variance. It is at::native_batch_norm on copies of the running statistics — the
 // kernel eager PyTorch runs — so Y, the statistics and the saved mean/inv-std for backward match
 // eager to the bit on CPU. The graph stays functional: the module's buffers are updated by the
-// caller from the running_*_out outputs (torch_ort/ortmodule/buffers.py).
+// caller from the running_*_out outputs (torch_ort/ortmodule/export/buffers.py).
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <array>
 #include <cstdio>

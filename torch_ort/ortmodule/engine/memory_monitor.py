@@ -10,8 +10,8 @@ from collections import OrderedDict
 
 import torch
 
-from torch_ort.ortmodule.memory_report import MemoryReport, _mib
-from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort.ortmodule.engine.memory_report import MemoryReport, _mib
+from torch_ort.ortmodule.policy.debug_options import LOGGER
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -11,181 +11,15 @@ name.
 from __future__ import annotations
 
 import difflib
-import enum
-import json
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
-from torch_ort.ortmodule.fallback_policy import DEFAULT_POLICY, FallbackPolicy, parse_policy
-from torch_ort.ortmodule.debug_options import ConfigurationWarning, LogLevel, parse_flags, parse_log_level
-
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("0", "false", "off", "no")
-
-
-class SkipCheck(enum.IntFlag):
-    """ORTMODULE_SKIPCHECK_POLICY: which per-call checks are skipped once the engine is built."""
-
-    SKIP_CHECK_DISABLED = 1        # re-check everything on every call
-    SKIP_CHECK_DEVICE = 2          # do not re-check that parameters stayed on their device
-    SKIP_CHECK_BUILD_GRADIENT = 4  # trust an attribute proven not to change the graph
-    SKIP_CHECK_EXECUTION_AGENT = 8  # (ORT name kept) reuse engines without re-validating them
-
-
-DEFAULT_SKIPCHECK = (SkipCheck.SKIP_CHECK_DEVICE | SkipCheck.SKIP_CHECK_BUILD_GRADIENT
-                     | SkipCheck.SKIP_CHECK_EXECUTION_AGENT)
-
-
-@dataclass(frozen=True)
-class RecomputePlan:
-    """One ORTMODULE_MEMORY_OPT_CONFIG entry: recompute `count` occurrences (-1: all) of a cluster."""
-
-    cluster: str
-    strategy: int  # 0 none, 1 recompute, 2 recompute with compromise
-    count: int
-
-
-def _invalid(name: str, text: str, valid: str) -> ValueError:
-    return ValueError(f"{name}={text!r} is not valid; {valid}")
-
-
-def _bool(name: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _invalid(name, text, f"use one of {', '.join(_TRUE + _FALSE)}")
-
-
-def _auto_bool(name: str, text: str) -> bool | str:
-    """"auto" (the code decides), else a bool."""
-    return "auto" if text.strip().lower() == "auto" else _bool(name, text)
-
-
-def _opset(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 7 <= value <= 30:
-        raise _invalid(name, text, "use an ONNX opset number such as 18, 20 or 23")
-    return value
-
-
-def _path(name: str, text: str) -> str:
-    if not text.strip():
-        raise _invalid(name, text, "use a directory path")
-    return os.path.abspath(os.path.expanduser(text))
-
-
-def _names(name: str, text: str) -> frozenset[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if not all(part.isidentifier() for part in n.split(".")):
-            raise _invalid(name, text, f"{n!r} is not a fully qualified class name "
-                           "(module.path.ClassName), comma-separated")
-    return frozenset(names)
-
-
-def _pass_names(name: str, text: str) -> frozenset[str]:
-    from torch_ort import _C  # the pipelines live in the engine
-    known = _C.pass_names()
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    required = _C.required_pass_names()
-    optional = [n for n in known if n not in required]
-    for n in names:
-        if n in required:
-            raise _invalid(name, text, f"{n!r} is a lowering the engine needs and cannot be disabled; "
-                           f"passes that can: {', '.join(optional)}")
-        if n not in known:
-            raise _invalid(name, text, f"{n!r} is not a graph pass; passes: {', '.join(optional)}")
-    return frozenset(names)
-
-
-def _memory_level(name: str, text: str) -> int:
-    if text.strip() not in ("0", "1", "2"):
-        raise _invalid(name, text, "use 0 (user config only), 1 (recompute per transformer layer) or "
-                       "2 (also the compromise plans)")
-    return int(text)
-
-
-def _plans(name: str, text: str) -> tuple[RecomputePlan, ...]:
-    """'<cluster>:<strategy 0/1/2>:<count, -1 = all>' comma-separated, or a JSON file holding a
-    list of such strings (ORT's "enable_memory_optimizer_config" list)."""
-    entries = [e.strip() for e in text.split(",") if e.strip()]
-    if len(entries) == 1 and entries[0].endswith(".json"):
-        try:
-            with open(entries[0]) as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
-            raise _invalid(name, text, f"the JSON file could not be read ({e})") from None
-        data = data.get("Recompute", data) if isinstance(data, dict) else data
-        if not isinstance(data, list) or not all(isinstance(e, str) for e in data):
-            raise _invalid(name, text, "the JSON file must hold a list of '<cluster>:<strategy>:<count>'")
-        entries = data
-    plans = []
-    for entry in entries:
-        parts = entry.split(":")
-        ok = len(parts) == 3 and parts[0] and parts[1] in ("0", "1", "2")
-        try:
-            count = int(parts[2]) if ok else 0
-        except ValueError:
-            ok = False
-        if not ok or count < -1:
-            raise _invalid(name, text, f"entry {entry!r} must read '<cluster id>:<strategy 0/1/2>:"
-                           "<count, -1 for all>', e.g. 'Gelu+:1:-1'")
-        plans.append(RecomputePlan(parts[0], int(parts[1]), count))
-    return tuple(plans)
-
-
-def _mebibytes(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise _invalid(name, text, "use a size in MiB, e.g. 1 or 0.25 (0 turns it off)")
-    return value
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40,
-               "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
-
-
-def _bytes(name: str, text: str) -> int:
-    """A size: bytes, or a number with a unit (KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. 6GiB."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = _BYTE_UNITS.get(m.group(2).lower()) if m else None
-    if unit is None or float(m.group(1)) * unit < 1:
-        raise _invalid(name, text, "use a size such as 6GiB, 512MiB or 1073741824 (bytes)")
-    return int(float(m.group(1)) * unit)
-
-
-def _count(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise _invalid(name, text, "use a whole number such as 16 (0: no bound)")
-    return value
-
-
-def _skipcheck(name: str, text: str) -> SkipCheck:
-    return parse_flags(SkipCheck, "SKIP_CHECK_", name, text) or DEFAULT_SKIPCHECK
-
-
-def _policy(name: str, text: str) -> FallbackPolicy:
-    return parse_policy(text) or DEFAULT_POLICY
-
-
-def _log_level(name: str, text: str) -> LogLevel:
-    return parse_log_level(text)
-
+from torch_ort.ortmodule.policy import value_types as parse
+from torch_ort.ortmodule.policy.debug_options import ConfigurationWarning
+from torch_ort.ortmodule.policy.fallback_policy import DEFAULT_POLICY
+from torch_ort.ortmodule.policy.value_types import DEFAULT_SKIPCHECK, RecomputePlan, SkipCheck  # noqa: F401  (re-exported)
 
 @dataclass(frozen=True)
 class Variable:
@@ -198,90 +32,90 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("ORTMODULE_ONNX_OPSET_VERSION", "opset", "int", None, _opset,
+    Variable("ORTMODULE_ONNX_OPSET_VERSION", "opset", "int", None, parse.opset,
              "ONNX opset used for export (default: the exporter's)"),
-    Variable("ORTMODULE_FALLBACK_POLICY", "fallback_policy", "flags", DEFAULT_POLICY, _policy,
+    Variable("ORTMODULE_FALLBACK_POLICY", "fallback_policy", "flags", DEFAULT_POLICY, parse.policy,
              "which failures run the module in eager PyTorch (FALLBACK_* joined by '|')"),
-    Variable("ORTMODULE_FALLBACK_RETRY", "fallback_retry", "bool", False, _bool,
+    Variable("ORTMODULE_FALLBACK_RETRY", "fallback_retry", "bool", False, parse.boolean,
              "after a fallback, try the engine again on every call"),
-    Variable("ORTMODULE_PARTIAL_ACCELERATION", "partial_acceleration", "bool", True, _bool,
+    Variable("ORTMODULE_PARTIAL_ACCELERATION", "partial_acceleration", "bool", True, parse.boolean,
              "when the module cannot run in the engine as a whole (a FALLBACK_UNSUPPORTED_* kind the "
              "policy lets fall back), run its forward eagerly and its largest submodules that can in "
              "the engine (0: the whole module runs eagerly)"),
     Variable("ORTMODULE_LOG_LEVEL", "log_level", "VERBOSE|DEVINFO|INFO|WARNING|ERROR|FATAL", None,
-             _log_level, "sets the torch_ort logger's level, overriding DebugOptions.log_level (unset and "
+             parse.log_level, "sets the torch_ort logger's level, overriding DebugOptions.log_level (unset and "
              "no log_level: the level is left to the application); ranks other than 0 log errors "
              "only, unless VERBOSE or DEVINFO (DEVINFO is INFO on every rank)"),
-    Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, _path,
+    Variable("ORTMODULE_SAVE_ONNX_PATH", "save_onnx_path", "path", None, parse.path,
              "directory DebugOptions(save_onnx=True) writes to, read when the DebugOptions is made "
              "(default: its save_path, else the current directory)"),
-    Variable("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "enable_custom_autograd", "bool", True, _bool,
+    Variable("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "enable_custom_autograd", "bool", True, parse.boolean,
              "run torch.autograd.Function calls as PythonOp nodes (0: let the exporter inline them)"),
-    Variable("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", "disable_custom_autograd", "bool", False, _bool,
+    Variable("ORTMODULE_DISABLE_CUSTOM_AUTOGRAD_SUPPORT", "disable_custom_autograd", "bool", False, parse.boolean,
              "older inverse of ORTMODULE_ENABLE_CUSTOM_AUTOGRAD (1 inlines Functions)"),
-    Variable("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", "allow_checkpoint", "bool", False, _bool,
+    Variable("ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT", "allow_checkpoint", "bool", False, parse.boolean,
              "allow torch.utils.checkpoint regions (else a clear error)"),
-    Variable("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "skipped_functions", "comma list", frozenset(), _names,
+    Variable("ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS", "skipped_functions", "comma list", frozenset(), parse.names,
              "fully qualified torch.autograd.Function classes the exporter inlines instead"),
-    Variable("ORTMODULE_MEMORY_OPT_LEVEL", "memory_opt_level", "0|1|2", 0, _memory_level,
+    Variable("ORTMODULE_MEMORY_OPT_LEVEL", "memory_opt_level", "0|1|2", 0, parse.memory_level,
              "recompute in backward instead of saving: 0 only ORTMODULE_MEMORY_OPT_CONFIG's plans; "
              "1 every recompute plan inside a detected transformer layer; 2 also the compromise plans"),
-    Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), _plans,
+    Variable("ORTMODULE_MEMORY_OPT_CONFIG", "memory_opt_config", "plans or JSON path", (), parse.plans,
              "recompute plans '<cluster>:<strategy 0/1/2>:<count, -1 = all>', comma-separated, or a "
              "JSON file of such strings; cluster ids are listed by the memory report (INFO)"),
-    Variable("ORTMODULE_MEMORY_BUDGET", "memory_budget", "bytes (KiB/MiB/GiB)", None, _bytes,
+    Variable("ORTMODULE_MEMORY_BUDGET", "memory_budget", "bytes (KiB/MiB/GiB)", None, parse.byte_size,
              "the memory a training step may take beyond the parameters and optimizer state (what "
              "the memory report predicts: activations, saved values, outputs, gradients, and the "
              "fused LM head's chunks); before the first step the planner takes the cheapest plan "
              "whose predicted peak fits (32 MiB LM-head chunks, then recompute levels 1 and 2, then "
              "smaller chunks) and logs it at INFO and in stats()['memory_plan']; when none fits, a MemoryBudgetError names the smallest budget that "
              "would (ours, not ORT's)"),
-    Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, _bool,
+    Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, parse.boolean,
              "log measured memory (RSS, CUDA, the engine's activation bytes) before and after "
              "forward and backward"),
-    Variable("ORTMODULE_CACHE_DIR", "cache_dir", "path", None, _path,
+    Variable("ORTMODULE_CACHE_DIR", "cache_dir", "path", None, parse.path,
              "cache exported graphs on disk: a later process with the same model and schema skips export"),
-    Variable("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", "deepcopy_before_export", "bool", True, _bool,
+    Variable("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT", "deepcopy_before_export", "bool", True, parse.boolean,
              "trace a structural copy of the module (parameters and buffers shared, not copied)"),
-    Variable("ORTMODULE_SKIPCHECK_POLICY", "skipcheck", "flags", DEFAULT_SKIPCHECK, _skipcheck,
+    Variable("ORTMODULE_SKIPCHECK_POLICY", "skipcheck", "flags", DEFAULT_SKIPCHECK, parse.skipcheck,
              "SKIP_CHECK_DISABLED: check parameter devices on every call and re-export on every "
              "attribute assignment (default: devices checked at export; unread attributes ignored)"),
-    Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, _bool,
+    Variable("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", "compute_optimizer", "bool", True, parse.boolean,
              "compute-saving graph rewrites: 0 turns them all off (today: label sparsity)"),
-    Variable("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "sparse_optimizer", "auto|0|1", "auto", _auto_bool,
+    Variable("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "sparse_optimizer", "auto|0|1", "auto", parse.auto_bool,
              "label sparsity (the label_sparsity pass): a loss with an ignore_index over an LM head "
              "runs the head, the loss and their gradients on the rows whose label counts; auto: on "
              "CPU only (on CUDA the row count is a host wait each step, and a CUDA-graph capture "
              "cannot hold it); 1 also on CUDA without CUDA graphs"),
-    Variable("ORTMODULE_SKIP_LOGITS", "skip_logits", "bool", False, _bool,
+    Variable("ORTMODULE_SKIP_LOGITS", "skip_logits", "bool", False, parse.boolean,
              "in training, a model that returns its `logits` beside its `loss` (a ModelOutput or "
              "dict, as Hugging Face causal LMs do) returns logits=None instead: the full B·T·vocab "
              "product is never computed, only the loss's chunks of it (ours, not ORT's; Liger's "
              "skip_logits)"),
-    Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", True, _bool,
+    Variable("ORTMODULE_USE_EFFICIENT_ATTENTION", "efficient_attention", "bool", True, parse.boolean,
              "fuse attention subgraphs into PyTorch's fused attention kernels (the attention_fusion "
              "pass; on by default here, unlike ORT, since it is exact up to rounding; 0 turns it off)"),
-    Variable("ORTMODULE_DISABLED_PASSES", "disabled_passes", "comma list", frozenset(), _pass_names,
+    Variable("ORTMODULE_DISABLED_PASSES", "disabled_passes", "comma list", frozenset(), parse.pass_names,
              "graph passes to skip, by name (torch_ort.pass_names(); ours, not ORT's): to compare "
              "speed or to work around a pass"),
-    Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, _bool,
+    Variable("ORTMODULE_ATEN_FALLBACK", "aten_fallback", "bool", True, parse.boolean,
              "run ops the engine lacks through the ATen dispatcher inside the graph (ours, not ORT's)"),
-    Variable("ORTMODULE_GRADIENT_RELEASE", "gradient_release_mb", "MiB", 1.0, _mebibytes,
+    Variable("ORTMODULE_GRADIENT_RELEASE", "gradient_release_mb", "MiB", 1.0, parse.mebibytes,
              "hand parameter gradients to PyTorch (param.grad, DDP's all-reduce hooks) during "
              "backward, a group of at least this many MiB as soon as it is final; 0: all at the "
              "end of backward (ours, not ORT's)"),
-    Variable("ORTMODULE_USE_CUDA_GRAPH", "use_cuda_graph", "bool", False, _bool,
+    Variable("ORTMODULE_USE_CUDA_GRAPH", "use_cuda_graph", "bool", False, parse.boolean,
              "on CUDA, capture a steady-state step's forward and backward once per input shape "
              "and replay them as CUDA graphs (host time per step: a few launches); needs a graph "
              "without device->host reads or PythonOp/ATenOp nodes, else runs uncaptured with a "
              "warning; inputs are copied in; outputs and `.grad` are the graphs' buffers, an "
              "output read after the next replay raises ([performance.md](performance.md), "
              "\"CUDA graphs\") (ours, not ORT's)"),
-    Variable("ORTMODULE_PROGRESS", "progress", "bool", True, _bool,
+    Variable("ORTMODULE_PROGRESS", "progress", "bool", True, parse.boolean,
              "when a call exports and builds for more than 3 s (a first step), say on stderr which "
              "stage it is in and, at the end, what each took (0: silent; ranks other than 0 always "
              "are) (ours, not ORT's)"),
-    Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, _count,
+    Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, parse.count,
              "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
              "beyond it the least recently used is dropped and re-exported if seen again; "
              "0: no bound (ours, not ORT's)"),

@@ -32,9 +32,9 @@ import torch.utils.checkpoint as checkpoint_module
 
 from torch_ort import _compat
 from torch_ort._compat import pytree
-from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError
-from torch_ort.ortmodule.debug_options import LOGGER
-from torch_ort.ortmodule.python_op import (
+from torch_ort.ortmodule.policy.fallback_policy import FallbackPolicy, ORTModuleError
+from torch_ort.ortmodule.policy.debug_options import LOGGER
+from torch_ort.ortmodule.export.python_op import (
     DOMAIN_OP,
     ORIGINAL_APPLY,
     CallSite,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
 
 _LOCK = threading.Lock()  # the seam is module state: one export at a time patches it
 

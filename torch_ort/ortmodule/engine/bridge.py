@@ -32,7 +32,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from torch_ort import _compat
-from torch_ort.ortmodule import python_op
+from torch_ort.ortmodule.export import python_op
 
 
 @dataclass(frozen=True)

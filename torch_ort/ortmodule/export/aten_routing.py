@@ -28,16 +28,16 @@ from torch_ort._compat import (
     onnx_dispatch_wrapped,
     onnx_tracer,
 )
-from torch_ort.ortmodule.exporter import (
+from torch_ort.ortmodule.export.exporter import (
     EXPORT_LOCK,
     TRANSLATING,
     ExportResult,
     exception_chain,
     export_module,
 )
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
-from torch_ort.ortmodule.debug_options import LOGGER
-from torch_ort.ortmodule.translations.aten_op import (
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.policy.debug_options import LOGGER
+from torch_ort.ortmodule.export.translations.aten_op import (
     UnencodableArgumentError,
     aten_op_translation,
     qualified_name,

@@ -29,8 +29,9 @@ import tempfile
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule.exporter import ExportResult
-from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort._version import __version__
+from torch_ort.ortmodule.export.exporter import ExportResult
+from torch_ort.ortmodule.policy.debug_options import LOGGER
 
 FORMAT = 1
 
@@ -49,12 +50,10 @@ def _class_sources(module: torch.nn.Module) -> list[str]:
 
 
 def cache_key(module: torch.nn.Module, schema, opset, aten_ops) -> str:
-    import torch_ort
-
     tensors = [(n, tuple(t.shape), str(t.dtype), t.device.type)
                for n, t in (*module.named_parameters(remove_duplicate=False),
                             *module.named_buffers(remove_duplicate=False))]
-    text = repr((FORMAT, torch_ort.__version__, torch.__version__, repr(module), _class_sources(module),
+    text = repr((FORMAT, __version__, torch.__version__, repr(module), _class_sources(module),
                  tensors, module.training, schema, opset, sorted(aten_ops)))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -81,9 +80,7 @@ def store(directory: str, key: str, result: ExportResult, aten_ops: list[str]) -
     if not _jsonable(constants):
         LOGGER.info("ORTMODULE_CACHE_DIR: not caching the graph: it returns non-JSON constants")
         return False
-    import torch_ort
-
-    meta = {"format": FORMAT, "torch_ort": torch_ort.__version__, "torch": torch.__version__,
+    meta = {"format": FORMAT, "torch_ort": __version__, "torch": torch.__version__,
             "onnx_sha256": hashlib.sha256(result.onnx_bytes).hexdigest(),
             "param_names": result.param_names, "out_spec": spec, "out_constants": constants,
             "static_dims": result.static_dims, "shape_plan": result.shape_plan,
@@ -139,9 +136,7 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
 
 
 def _check_versions(meta: dict) -> None:
-    import torch_ort
-
-    ours = {"torch_ort": torch_ort.__version__, "torch": torch.__version__}
+    ours = {"torch_ort": __version__, "torch": torch.__version__}
     for name, version in ours.items():
         if meta.get(name) != version:
             raise ValueError(f"written by {name} {meta.get(name)!r}; this process runs {version}")
@@ -153,8 +148,8 @@ def _check_graph(onnx_bytes: bytes, expected_inputs: list[str], aten_ops: list[s
     Everything else about the graph is the engine's to check when it imports it."""
     import onnx
 
-    from torch_ort.ortmodule.aten_routing import resolve_aten
-    from torch_ort.ortmodule.python_op import DOMAIN_OP
+    from torch_ort.ortmodule.export.aten_routing import resolve_aten
+    from torch_ort.ortmodule.export.python_op import DOMAIN_OP
 
     unknown = [n for n in aten_ops if resolve_aten(n.replace("::", ".")) is None]
     if unknown:

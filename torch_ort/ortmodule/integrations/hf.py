@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort.ortmodule.policy.debug_options import LOGGER
 
 _logged: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 _cache_registered = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
 
 
 def fsdp_managed(module: torch.nn.Module) -> bool:

@@ -5,7 +5,7 @@
   of another size (`x.squeeze(1)` on a (B, 2, T) input). A dim of known size other than 1 is left
   alone here. A symbolic dim is squeezed as before: the export declares what torch decided for it,
   and the engine's shape inference refuses a graph whose Squeeze contradicts that declaration (the
-  model then exports again with that dim held at its size, see exporter.SHAPE_PLANS).
+  model then exports again with that dim held at its size, see shape_plans.SHAPE_PLANS).
 """
 from __future__ import annotations
 

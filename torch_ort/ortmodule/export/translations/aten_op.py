@@ -3,7 +3,7 @@ exporter cannot lower or our engine cannot run; the runtime calls it through the
 (csrc/runtime/kernels/aten_fallback.cc) and PyTorch autograd provides its backward.
 
 aten_op_translation(overload) builds the custom translation for one overload. Which overloads
-take this path is decided per ORTModule while exporting (torch_ort/ortmodule/aten_routing.py),
+take this path is decided per ORTModule while exporting (torch_ort/ortmodule/export/aten_routing.py),
 so TRANSLATIONS, the table of ops that always take it, is empty.
 
 The node: tensor arguments become node inputs; every other argument becomes attributes:

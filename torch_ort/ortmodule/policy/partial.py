@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule.compositions import fsdp_managed
-from torch_ort.ortmodule.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
+from torch_ort.ortmodule.policy.compositions import fsdp_managed
+from torch_ort.ortmodule.policy.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
 
 if TYPE_CHECKING:
-    from torch_ort.ortmodule.exporter import ExportResult
+    from torch_ort.ortmodule.export.exporter import ExportResult
     from torch_ort.ortmodule.ortmodule import ORTModule
 
 # The failure kinds a split can help with: the engine may take a part of the module even when it
@@ -162,21 +162,20 @@ class Split:
     """The children of one module that run through ORTModules of their own while the module's
     forward runs eagerly."""
 
-    def __init__(self, owner: "ORTModule"):
-        from torch_ort.ortmodule.ortmodule import ORTModule  # (it imports this module)
-
+    def __init__(self, owner: "ORTModule", wrap: type["ORTModule"]):
+        """`wrap`: the ORTModule class (given, so that this module need not import it)."""
         self._module = owner.module
         self._lock = threading.Lock()
         # one store for the whole tree of splits under the outermost module
         exports = owner._shared_exports or SharedExports()
         self._depth = 0  # calls in flight (threads, or a forward calling the module again)
-        wrappers: dict[int, ORTModule] = {}
+        wrappers: dict[int, "ORTModule"] = {}
         self.entries: list[_Entry] = []
         # (FLOPs in the submodules' engines, FLOPs of the whole forward), counted on the first call
         self.flops: tuple[int, int] | None = None
 
         def candidate(m: torch.nn.Module) -> bool:
-            return (not isinstance(m, ORTModule) and not fsdp_managed(m) and not _single_layer(m)
+            return (not isinstance(m, wrap) and not fsdp_managed(m) and not _single_layer(m)
                     and next(m.parameters(), None) is not None)
 
         def walk(parent: torch.nn.Module, prefix: str) -> None:
@@ -188,7 +187,7 @@ class Split:
                 elif candidate(child):
                     wrapper = wrappers.get(id(child))
                     if wrapper is None:
-                        wrapper = wrappers[id(child)] = ORTModule(child, owner._debug)
+                        wrapper = wrappers[id(child)] = wrap(child, owner._debug)
                         wrapper._fallback.quiet = True  # the owner reports the whole split once
                         wrapper._shared_exports = exports
                     self.entries.append(_Entry(parent, key, prefix + key, wrapper))

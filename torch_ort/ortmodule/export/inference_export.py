@@ -8,9 +8,10 @@ import os
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule import exporter, hf, python_op_export
-from torch_ort.ortmodule.fallback_policy import ORTModuleTorchModelException
-from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort.ortmodule.export import exporter, python_op_export
+from torch_ort.ortmodule.integrations import hf
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleTorchModelException
+from torch_ort.ortmodule.policy.debug_options import LOGGER
 
 _STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 _EXTERNAL_DATA_BYTES = 1 << 30  # above this, weights go to '<path>.data' (protobuf caps at 2 GiB)

@@ -12,7 +12,7 @@ import sys
 import threading
 import warnings
 
-from torch_ort.ortmodule.debug_options import LOGGER
+from torch_ort.ortmodule.policy.debug_options import LOGGER
 
 
 class _ThreadStderr:

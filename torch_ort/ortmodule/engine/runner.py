@@ -2,39 +2,28 @@
 training engine per set of requires-grad flags, and an inference engine."""
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass
+import enum
 
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule import bridge, cuda_graph, disk_cache, exporter, progress, python_op_export
-from torch_ort.ortmodule.buffers import BufferUpdates
-from torch_ort.ortmodule.aten_routing import (
+from torch_ort.ortmodule.engine import bridge, cuda_graph, memory_budget, progress
+from torch_ort.ortmodule.engine.memory_budget import MemoryPlan
+from torch_ort.ortmodule.engine.save_onnx import save_onnx_stages
+from torch_ort.ortmodule.export import disk_cache, python_op_export, shape_plans
+from torch_ort.ortmodule.export.buffers import BufferUpdates
+from torch_ort.ortmodule.export.aten_routing import (
     MAX_EXPORTS,
     AtenFallback,
     export_with_fallback,
     ops_from_engine_error,
     resolve_aten,
 )
-from torch_ort.ortmodule.variables import Settings
-from torch_ort.ortmodule.exporter import exported_with_weights
-from torch_ort.ortmodule.fallback_policy import ORTModuleONNXModelException
-from torch_ort.ortmodule.debug_options import LOGGER, DebugOptions
-from torch_ort.ortmodule.translations.aten_op import qualified_name
-
-
-def input_schema(spec, flat) -> tuple:
-    """What makes a call need a new export: the input structure, the non-tensor values, and each
-    tensor's dtype, rank and device type. Sizes are not part of it (dims are symbolic)."""
-    leaves = []
-    for x in flat:
-        if isinstance(x, torch.Tensor):
-            leaves.append(("T", x.dtype, x.dim(), x.device.type))
-        else:
-            leaves.append((type(x).__name__, repr(x)))
-    return (str(spec), tuple(leaves))
+from torch_ort.ortmodule.policy.variables import Settings
+from torch_ort.ortmodule.policy.fallback_policy import ORTModuleONNXModelException
+from torch_ort.ortmodule.policy.debug_options import LOGGER, DebugOptions
+from torch_ort.ortmodule.export.translations.aten_op import qualified_name
 
 
 def _load_extension():
@@ -71,36 +60,20 @@ def _slot(module: torch.nn.Module, fqn: str) -> tuple[dict, str]:
     return _compat.slot_table(owner, name), name
 
 
-class MemoryBudgetError(ValueError):
-    """ORTMODULE_MEMORY_BUDGET is below what any plan needs for a step of these inputs."""
+class Reason(enum.Enum):
+    """Why a runner exports its module again instead of building an engine (engine_for)."""
+    ATEN_OPS = "the engine named ops to run through the ATen fallback"
+    FEWER_DYNAMIC_DIMS = "shape inference proved the graph right for some sizes of its symbolic dims only"
+    SHARED_GRAPH = "the graph of an identical sibling submodule did not build for this one"
+    CACHED_GRAPH = "the graph read from ORTMODULE_CACHE_DIR did not build"
 
 
-# Logits bytes per chunk the budget planner tries for the fused LM head and loss, after its
-# default (LinearCrossEntropy: one chunk × V of logits at a time).
-_BUDGET_CHUNKS = (32 << 20, 8 << 20, 2 << 20)
+class ExportAgain(Exception):
+    """Raised by an engine build that a new export can fix; engine_for exports and builds again."""
 
-
-def _gib(n: int) -> str:
-    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 30 else f"{n / 2 ** 20:.1f} MiB"
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """The plan ORTMODULE_MEMORY_BUDGET chose (ORTModule.stats()['memory_plan'])."""
-    budget: int          # bytes
-    predicted: int       # the step's predicted peak, kernel chunks included
-    memory_opt_level: int
-    loss_chunk_bytes: int  # 0: the fused LM head's default chunk
-    complete: bool       # False: some sizes are data (the valid-label rows), counted as 0
-
-    def plan_text(self) -> str:
-        chunk = "default" if self.loss_chunk_bytes == 0 else _gib(self.loss_chunk_bytes)
-        return f"recompute level {self.memory_opt_level}, LM-head chunks {chunk}"
-
-    def describe(self) -> str:
-        tail = "" if self.complete else " (sizes that are data, such as the valid-label rows, not counted)"
-        return (f"memory budget {_gib(self.budget)}: {self.plan_text()}; predicted step peak "
-                f"{_gib(self.predicted)}{tail}")
+    def __init__(self, reason: Reason, detail: str):
+        super().__init__(f"{reason.value} ({detail})")
+        self.reason = reason
 
 
 class GraphRunner:
@@ -113,7 +86,7 @@ class GraphRunner:
                  aten: AtenFallback, on_export=lambda: None, settings: Settings | None = None,
                  schema=None, on_cache_hit=lambda n: None, shape_plan: str = "dynamic", shared=None):
         self._module, self._aten, self._on_export = module, aten, on_export
-        self._shape_plan = shape_plan  # exporter.SHAPE_PLANS entry to start from
+        self._shape_plan = shape_plan  # shape_plans.SHAPE_PLANS entry to start from
         self._on_cache_hit = on_cache_hit
         self._debug = debug
         self._settings = settings or Settings.from_env()
@@ -195,38 +168,45 @@ class GraphRunner:
         return [p.dtype for p in params] == self._param_dtypes
 
     def engine_for(self, training: bool, tensors, args: tuple, kwargs: dict, params: list):
-        """The engine for this call (`params`: self.params as read by the caller); an engine build
-        that names ops we cannot run re-exports with them on the ATen fallback (self.params may
-        then be rebound: read it again after this call when engines_built changed)."""
+        """The engine for this call (`params`: self.params as read by the caller). A build that a
+        new export can fix (ExportAgain, for a Reason) exports again, at most MAX_EXPORTS times;
+        self.params may then be rebound: read it again after this call when engines_built changed."""
         for attempt in range(MAX_EXPORTS):
             if attempt:
                 params = self.params
             flags = tuple(t.requires_grad for t in (*tensors, *params)) if training else None
             engine = self._engines.get((training, flags))
             if engine is None:
-                n_inputs = len(tensors) + len(params)
                 try:
-                    sizes = [list(t.shape) for t in (*tensors, *params)]
-                    engine = self._build(training, list(flags) if flags else [False] * n_inputs, sizes)
-                except Exception as e:
-                    if self.export.shared:  # a sibling's graph: this module exports its own
-                        self._shared.drop(self._shared_key)
-                        self._export(args, kwargs)
-                        continue
-                    if not self.export.from_cache:
-                        raise
-                    # A graph read from ORTMODULE_CACHE_DIR is never trusted over an export.
-                    disk_cache.drop(self._settings.cache_dir, self._cache_key, f"{type(e).__name__}: {e}")
-                    self._on_cache_hit(-1)
+                    engine = self._build_own(training, flags, tensors, params)
+                except ExportAgain as again:
+                    LOGGER.info("%s: exporting again: %s", type(self._module).__name__, again)
                     self._export(args, kwargs)
                     continue
-            if engine is not None:
                 self._engines[(training, flags)] = engine
-                self._store_in_cache()
-                return engine
-            self._export(args, kwargs)
+            self._store_in_cache()
+            return engine
         raise ORTModuleONNXModelException(f"ATen fallback: the engine still fails after {MAX_EXPORTS} "
                                           "re-exports")
+
+    def _build_own(self, training: bool, flags: tuple | None, tensors, params: list):
+        """_build, where a graph this module did not export itself (a sibling's, or one read from
+        ORTMODULE_CACHE_DIR) is never trusted over an export: its failure is ExportAgain."""
+        n_inputs = len(tensors) + len(params)
+        sizes = [list(t.shape) for t in (*tensors, *params)]
+        try:
+            return self._build(training, list(flags) if flags else [False] * n_inputs, sizes)
+        except ExportAgain:
+            raise
+        except Exception as e:
+            if self.export.shared:
+                self._shared.drop(self._shared_key)
+                raise ExportAgain(Reason.SHARED_GRAPH, f"{type(e).__name__}: {e}") from e
+            if not self.export.from_cache:
+                raise
+            disk_cache.drop(self._settings.cache_dir, self._cache_key, f"{type(e).__name__}: {e}")
+            self._on_cache_hit(-1)
+            raise ExportAgain(Reason.CACHED_GRAPH, f"{type(e).__name__}: {e}") from e
 
     def release_plan(self, engine, num_tensors: int, params: list):
         """How this training engine's backward hands gradients to PyTorch (bridge.ReleasePlan),
@@ -285,53 +265,18 @@ class GraphRunner:
         known = set(_load_extension().pass_names())
         return sorted(disabled & known)
 
-    def _within_budget(self, engine, compile_with, sizes):
-        """ORTMODULE_MEMORY_BUDGET: the cheapest plan whose predicted step peak (the memory
-        report's, plus the kernels' own chunks) fits, in order: as configured, 32 MiB chunks of
-        the fused LM head and loss, then recompute levels 1 and 2 (each with both), then smaller
-        chunks at the highest level. Raises MemoryBudgetError naming the smallest budget any plan
-        needs when none fits."""
-        budget, level0 = self._settings.memory_budget, self._settings.memory_opt_level
-        fused = engine.stats()["kernel_workspace_bytes"] > 0  # a LinearCrossEntropy to chunk
-        levels = sorted({level0, 1, 2} - set(range(level0)))
-        # Cheapest first: a 32 MiB chunk costs little (dW is re-read once per chunk), recompute
-        # costs a forward's worth per layer; the small chunks come last.
-        plans = [(level, chunk) for level in levels for chunk in (0, _BUDGET_CHUNKS[0])]
-        plans += [(levels[-1], chunk) for chunk in _BUDGET_CHUNKS[1:]]
-        if not fused:
-            plans = [(level, 0) for level in levels]
-        smallest = None
-        for level, chunk in plans:
-            if (level, chunk) != (level0, 0):
-                engine = compile_with(level, chunk)
-            predicted = engine.memory_report(sizes)["predicted"]
-            need = predicted["peak"] + engine.stats()["kernel_workspace_bytes"]
-            plan = MemoryPlan(budget, need, level, chunk, predicted["complete"])
-            if need <= budget:
-                LOGGER.info("%s", plan.describe())
-                self.memory_plan = plan
-                return engine
-            if smallest is None or need < smallest.predicted:
-                smallest = plan
-        raise MemoryBudgetError(
-            f"ORTMODULE_MEMORY_BUDGET={_gib(budget)}: no plan fits a step of inputs sized "
-            f"{sizes[:len(sizes) - len(self.params)]}; the smallest predicted "
-            f"step peak is {_gib(smallest.predicted)} ({smallest.plan_text()}): set a budget of at "
-            f"least {_gib(smallest.predicted)}, or smaller inputs")
-
-    def _fewer_dynamic_dims(self, error: BaseException) -> str | None:
-        """The next exporter.SHAPE_PLANS entry when shape inference proved the export's declared
-        shapes wrong for some sizes (torch traced x.squeeze(1) of a symbolic dim as a no-op that
-        ONNX's Squeeze is not), else None."""
-        plans = exporter.SHAPE_PLANS
+    def _fewer_dynamic_dims(self) -> str | None:
+        """The shape_plans.SHAPE_PLANS entry after the export's, None after the last: for a graph
+        shape inference proved wrong for some sizes (torch traced x.squeeze(1) of a symbolic dim
+        as a no-op that ONNX's Squeeze is not)."""
+        plans = shape_plans.SHAPE_PLANS
         at = plans.index(self.export.shape_plan)
-        if not str(error).startswith("shape inference:") or at + 1 == len(plans):
-            return None
-        return plans[at + 1]
+        return None if at + 1 == len(plans) else plans[at + 1]
 
     def _build(self, training: bool, flags: list[bool], sizes: list[list[int]] | None = None):
-        """The engine, or None when the ATen fallback took new ops (export again). `sizes`: the
-        call's input sizes, parameters included (ORTMODULE_MEMORY_BUDGET plans for them)."""
+        """The engine; ExportAgain when a new export can fix the build (the ATen fallback took new
+        ops, or shape inference asks for fewer dynamic dims). `sizes`: the call's input sizes,
+        parameters included (ORTMODULE_MEMORY_BUDGET plans for them)."""
         _C = _load_extension()
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
@@ -349,19 +294,19 @@ class GraphRunner:
             # never a fallback.
             engine = compile_with(st.memory_opt_level, 0)
             if training and st.memory_budget is not None and sizes is not None:
-                engine = self._within_budget(engine, compile_with, sizes)
+                engine, self.memory_plan = memory_budget.within_budget(
+                    engine, compile_with, sizes[:len(sizes) - len(self.params)], sizes, st)
         except (_C.GradientError, _C.UnsupportedOpError) as e:
             if self._aten.add(ops_from_engine_error(self.export, e)):
-                return None
+                raise ExportAgain(Reason.ATEN_OPS, ", ".join(sorted(map(qualified_name, self._aten.reasons))))
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
+        except _C.ShapeInferenceError as e:
+            following = self._fewer_dynamic_dims()
+            if following is None:
+                raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
+            self._shape_plan = following
+            raise ExportAgain(Reason.FEWER_DYNAMIC_DIMS, f"{e}; input dims {following}") from e
         except (_C.OnnxImportError, _C.VerifyError) as e:
-            following = self._fewer_dynamic_dims(e)
-            if following:
-                LOGGER.info("%s: the exported graph holds only for some sizes of its symbolic "
-                            "dims (%s); exporting again with input dims %s",
-                            type(self._module).__name__, e, following)
-                self._shape_plan = following
-                return None
             raise ORTModuleONNXModelException(f"{type(e).__name__}: {e}") from e
         self.engines_built += 1
         self.build_seconds = time.perf_counter() - start
@@ -375,34 +320,7 @@ class GraphRunner:
         else:
             LOGGER.info("inference graph: %d nodes", stats["num_forward_nodes"])
         if self._debug.save_onnx:
-            self._save(engine, training)
+            save_onnx_stages(self._debug, self.export, engine, training)
         if st.use_cuda_graph:  # replays steady-state calls on CUDA (its own module doc)
             engine = cuda_graph.GraphedEngine(engine, len(self.export.input_names))
         return engine
-
-    def _save(self, engine, training: bool) -> None:
-        """DebugOptions(save_onnx=True): each stage under ONNX Runtime's file name for that stage,
-        `{prefix}_{stage}_{mode}.onnx`, mode `training` for an engine with gradients (ORT's training
-        manager) and `inference` for a forward-only one, so neither overwrites the other. Training
-        engines write torch_exported (the exporter's graph), optimized_pre_grad (the forward after
-        our passes, before autodiff) and execution_model (forward+backward as the engine runs it:
-        recompute and host placement applied); inference engines write torch_exported and
-        execution_model (the forward that runs). ORT's post_processed and optimized stages have no
-        graph of their own here (docs/migration.md)."""
-        directory = self._debug.save_dir
-        base = os.path.join(directory, self._debug.onnx_prefix)
-        os.makedirs(directory, exist_ok=True)
-        exported = (exported_with_weights(self.export) if self.export.raw_model is not None
-                    else self.export.onnx_bytes)  # from the cache: weights stay graph inputs
-        stages = {"torch_exported": lambda: exported}
-        if training:
-            stages["optimized_pre_grad"] = engine.forward_graph_onnx
-            stages["execution_model"] = engine.training_graph_onnx
-        else:
-            stages["execution_model"] = engine.forward_graph_onnx
-        mode = "training" if training else "inference"
-        for stage, graph in stages.items():
-            path = f"{base}_{stage}_{mode}.onnx"
-            with open(path, "wb") as f:
-                f.write(graph())
-            LOGGER.info("saved %s", path)

@@ -5,7 +5,7 @@ import dataclasses
 import enum
 import warnings
 
-from torch_ort.ortmodule.debug_options import LOGGER, TorchOrtWarning, parse_flags
+from torch_ort.ortmodule.policy.debug_options import LOGGER, TorchOrtWarning, parse_flags
 
 
 class FallbackPolicy(enum.IntFlag):

@@ -13,7 +13,7 @@ LOGGER = logging.getLogger("torch_ort")
 
 
 def describe(schema: tuple, limit: int = 160) -> str:
-    """An input schema (runner.input_schema) in one short line, for the log."""
+    """An input schema (call_schema.input_schema) in one short line, for the log."""
     leaves = ", ".join(f"{x[1]}[rank {x[2]}]".replace("torch.", "") if x[0] == "T" else x[1]
                        for x in schema[1])
     return leaves if len(leaves) <= limit else leaves[:limit - 3] + "..."

@@ -1,0 +1,187 @@
+"""What an export changes around the module for the duration of a trace, and why: each a
+workaround for a torch.export / torch.onnx behaviour (keywords read as args, outputs of unknown
+dataclasses, a forward's **kwargs counted twice, SDPA with a mask that requires grad), or a record
+the engine needs (the attributes forward reads, a structural copy to trace)."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import importlib
+import inspect
+import re
+import threading
+
+import torch
+
+from torch_ort._compat import pytree
+from torch_ort.ortmodule.policy.debug_options import LOGGER
+
+
+def register_dataclass(qualified: str) -> bool:
+    """Registers the dataclass named `qualified` ('package.module.Class') as a pytree node, so that
+    an output of that type leaves the graph as its fields and comes back rebuilt; False when the
+    name is no dataclass (or cannot be imported, or is registered already)."""
+    module_name, _, name = qualified.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls in pytree.SUPPORTED_NODES:
+        return False
+    torch.export.register_dataclass(cls, serialized_type_name=qualified)
+    LOGGER.info("%s is returned by the model: registered with torch.utils._pytree as a dataclass", qualified)
+    return True
+
+
+UNKNOWN_OUTPUT = re.compile(r"Found <class '([^']+)'> in output, which is not a known type")
+
+
+@contextlib.contextmanager
+def forward_replaced(module: torch.nn.Module, forward):
+    """module.forward is `forward` (an instance attribute) within the block, then what it was."""
+    outer = module.__dict__.get("forward")
+    module.__dict__["forward"] = forward
+    try:
+        yield
+    finally:
+        if outer is None:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = outer
+
+
+@contextlib.contextmanager
+def extra_keywords_named(module, args, kwargs):
+    """While exporting, forward's signature names the call's extra keywords (those its **kwargs
+    collects: Trainer's num_items_in_batch) as keyword-only parameters. torch.export 2.11 counts
+    them twice, once inside **kwargs and once on their own, when dynamic_shapes is a dict: "Must
+    provide a tree_name when there might be a mismatch"."""
+    try:
+        signature = inspect.signature(module.forward)
+        bound = signature.bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # no signature, or a call eager rejects too: let export say so
+        yield
+        return
+    params = list(signature.parameters.values())
+    var = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+    if var is None or not bound.get(var.name):
+        yield
+        return
+    forward = module.forward
+
+    def named_forward(*a, **kw):
+        return forward(*a, **kw)
+
+    named_forward.__signature__ = signature.replace(parameters=[p for p in params if p is not var] + [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in bound[var.name]])
+    with forward_replaced(module, named_forward):
+        yield
+
+
+def structural_copy(module: torch.nn.Module):
+    """(copy, {id(copied submodule): original}) — the Python objects copied, every parameter and
+    buffer shared — or (module, {}) when the module cannot be deep-copied."""
+    memo = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    try:
+        clone = copy.deepcopy(module, memo)
+    except Exception as e:  # locks, generators, C handles: export the module itself
+        LOGGER.info("ORTMODULE_DEEPCOPY_BEFORE_MODEL_EXPORT: %s cannot be deep-copied (%s: %s); "
+                    "exporting it in place", type(module).__name__, type(e).__name__, e)
+        return module, {}
+    return clone, {id(c): o for o, c in zip(module.modules(), clone.modules())}
+
+
+@contextlib.contextmanager
+def attribute_reads(module: torch.nn.Module):
+    """Records which attributes of `module` itself its forward reads while traced, by giving the
+    object a subclass (restored after) whose __getattribute__ records, while forward runs: the
+    exporter's own bookkeeping (it snapshots __dict__) is not the model reading its state."""
+    reads: set = set()
+    inside = [0]
+    cls = type(module)
+
+    def __getattribute__(self, name, _get=cls.__getattribute__):
+        if inside[0] and self is module:
+            reads.add(name)
+        return _get(self, name)
+
+    @functools.wraps(cls.forward)
+    def forward(self, *args, **kwargs):
+        inside[0] += 1
+        try:
+            return cls.forward(self, *args, **kwargs)
+        finally:
+            inside[0] -= 1
+
+    try:
+        module.__class__ = type(cls.__name__, (cls,), {
+            "__getattribute__": __getattribute__, "forward": forward,
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    except TypeError:  # a class whose instances cannot change class: reads stay unknown
+        yield reads
+        reads.add(None)
+        return
+    try:
+        yield reads
+    finally:
+        module.__class__ = cls
+
+
+@contextlib.contextmanager
+def attention_with_mask_grad_as_math():
+    """While the exporting thread traces, scaled_dot_product_attention whose attn_mask requires
+    grad (T5's learned position bias) is traced as its math form, the kernel eager picks for it on
+    the CPU. Traced as the fused op, the exporter's decomposition retrace computes the op's output
+    layout without grad (a fused kernel's layout, which makes a later .contiguous() a no-op and
+    drops it) and its type-promotion pass with grad (the math kernel's): the recorded view then
+    cannot be replayed ("Cannot view a tensor with shape ... and strides ..."). The graph computes
+    the same either way: the stock translation of the fused op is this math."""
+    functional = torch.nn.functional
+    fused = functional.scaled_dot_product_attention
+    exporting = threading.get_ident()
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                     is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None and attn_mask.requires_grad and threading.get_ident() == exporting:
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                     scale=scale, enable_gqa=enable_gqa)
+
+    functional.scaled_dot_product_attention = scaled_dot_product_attention
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = fused
+
+
+def fresh_leaves(tree):
+    """Each tensor as a detached view (no copy) with its requires_grad: the exporter fakes the
+    tensors it is given, and one carrying a .grad (an input reused across steps, input-gradient
+    or adversarial training) or a grad_fn is not what it expects."""
+    def fresh(t):
+        return t.detach().requires_grad_(t.requires_grad) if t.requires_grad else t.detach()
+    return pytree.tree_map_only(torch.Tensor, fresh, tree)
+
+
+def as_keywords(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with every argument forward can take by name passed by name, in parameter order
+    before the call's own keywords (the flattened order stays the call's). torch.onnx.export reads
+    a dict at the end of `args` as keyword arguments (its older API's convention), so
+    model(batch) with forward(self, batch) lost its only argument."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # no signature, or a call eager rejects too: let export say so
+        return args, kwargs
+    kinds = {name: bound.signature.parameters[name].kind for name in bound.arguments}
+    if inspect.Parameter.VAR_POSITIONAL in kinds.values():
+        return args, kwargs  # *args after named parameters: everything stays as called
+    positional, named = [], {}
+    for name, value in bound.arguments.items():
+        if kinds[name] is inspect.Parameter.POSITIONAL_ONLY:
+            positional.append(value)
+        elif kinds[name] is not inspect.Parameter.VAR_KEYWORD and name not in kwargs:
+            named[name] = value  # (the call's own keywords, **kwargs' included, follow as given)
+    return tuple(positional), {**named, **kwargs}
