@@ -32,7 +32,7 @@ class _ThreadStderr:
 
 # The libraries whose warnings an export silences (the model's own code keeps its warnings), and
 # this module, where torch.onnx's warnings about the export call itself point.
-_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)|torch_ort\.ortmodule\.exporter$"
+_EXPORTER_MODULES = r"(torch|onnxscript|onnx_ir|onnx)(\.|$)|torch_ort\.ortmodule\.export\.exporter$"
 
 
 @contextlib.contextmanager
