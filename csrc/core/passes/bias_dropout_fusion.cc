@@ -29,15 +29,7 @@ class BiasDropoutFusion final : public Pass {
  public:
   std::string_view name() const override { return "bias_dropout_fusion"; }
 
-  bool run(Graph& g) override {
-    // Each rewrite removes one Dropout.
-    return rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
-      if (!is_onnx(g.nodes[i], "Dropout")) return false;
-      std::optional<Match> m = match(g, idx, i);
-      if (m) rewrite(g, *m);
-      return m.has_value();
-    });
-  }
+  bool run(Graph& g) override { return fuse_each(g, "Dropout", match, rewrite); }
 
  private:
   static std::optional<Match> match(const Graph& g, const GraphIndex& idx, NodeId d_id) {
@@ -52,24 +44,12 @@ class BiasDropoutFusion final : public Pass {
     const ValueId data = d.inputs[0], y = d.outputs[0];
     const Value& dv = g.value(data);
     if (!is_floating(dv.dtype) || !dv.shape.rank_known || dv.shape.rank() < 1) return std::nullopt;
-    const Dim& c = dv.shape.dims.back();
     Match m{d_id, -1, -1, data, kNoValue, kNoValue};
 
-    const NodeId p = idx.producer[data];
-    if (p >= 0 && is_onnx(g.nodes[p], "Add") && g.nodes[p].inputs.size() == 2 &&
-        only_read_by(g, idx, data, d_id)) {
-      const Node& ba = g.nodes[p];
-      for (int bs = 0; bs < 2; ++bs) {
-        const ValueId bias = ba.inputs[bs], x = ba.inputs[1 - bs];
-        if (bias == kNoValue || x == kNoValue) continue;
-        const Shape& b = g.value(bias).shape;
-        if (b.rank() != 1 || !b.dims[0].same_as(c) || !g.value(x).shape.same_as(dv.shape)) continue;
-        if (g.value(bias).dtype != dv.dtype || g.value(x).dtype != dv.dtype) continue;
-        m.bias_add = p;
-        m.x = x;
-        m.bias = bias;
-        break;
-      }
+    if (std::optional<BiasAdd> b = bias_add_read_only_by(g, idx, data, d_id, dv.shape, dv.dtype)) {
+      m.bias_add = b->add;
+      m.x = b->data;
+      m.bias = b->bias;
     }
     if (idx.consumers[y].size() == 1 && !is_graph_output(g, y)) {
       const NodeId r = idx.consumers[y][0];
@@ -100,12 +80,8 @@ class BiasDropoutFusion final : public Pass {
     while (!ins.empty() && ins.back() == kNoValue) ins.pop_back();
     std::vector<ValueId> outs{y};
     if (mask != kNoValue) outs.push_back(mask);
-    g.nodes[m.dropout] = Node{kOurDomain, "BiasDropout", d.name, std::move(ins), std::move(outs), d.attrs};
-    std::vector<Node> kept;
-    kept.reserve(g.nodes.size());
-    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i)
-      if (i != m.bias_add && i != m.res_add) kept.push_back(std::move(g.nodes[i]));
-    g.nodes = std::move(kept);
+    fuse_into(g, m.dropout, Node{kOurDomain, "BiasDropout", d.name, std::move(ins), std::move(outs), d.attrs},
+              {m.bias_add, m.res_add});
   }
 };
 

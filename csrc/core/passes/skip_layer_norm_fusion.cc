@@ -35,15 +35,7 @@ class SkipLayerNormFusion final : public Pass {
  public:
   std::string_view name() const override { return "skip_layer_norm_fusion"; }
 
-  bool run(Graph& g) override {
-    // Each rewrite removes one LayerNormalization.
-    return rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId i) {
-      if (!is_onnx(g.nodes[i], "LayerNormalization")) return false;
-      std::optional<Match> m = match(g, idx, i);
-      if (m) rewrite(g, *m);
-      return m.has_value();
-    });
-  }
+  bool run(Graph& g) override { return fuse_each(g, "LayerNormalization", match, rewrite); }
 
  private:
   static std::optional<Match> match(const Graph& g, const GraphIndex& idx, NodeId ln_id) {
@@ -78,22 +70,12 @@ class SkipLayerNormFusion final : public Pass {
 
     Match m{add_id, ln_id, -1, add.inputs[0], add.inputs[1], kNoValue};
     // Fold a bias add on either operand when nothing else reads its result.
-    for (int side = 0; side < 2 && m.bias_add < 0; ++side) {
-      const ValueId a = add.inputs[side];
-      const NodeId p = idx.producer[a];
-      if (p < 0 || !is_onnx(g.nodes[p], "Add") || g.nodes[p].inputs.size() != 2) continue;
-      if (idx.consumers[a].size() != 1 || is_graph_output(g, a) || add.inputs[0] == add.inputs[1]) continue;
-      const Node& ba = g.nodes[p];
-      for (int bs = 0; bs < 2; ++bs) {
-        const ValueId bias = ba.inputs[bs], data = ba.inputs[1 - bs];
-        if (bias == kNoValue || data == kNoValue || !is_vector_of(g, bias, c)) continue;
-        if (g.value(bias).dtype != sv.dtype || g.value(data).dtype != sv.dtype) continue;
-        if (!g.value(data).shape.same_as(sv.shape)) continue;
-        m.bias_add = p;
-        m.x = data;
-        m.bias = bias;
+    for (int side = 0; side < 2 && m.bias_add < 0 && add.inputs[0] != add.inputs[1]; ++side) {
+      if (std::optional<BiasAdd> b = bias_add_read_only_by(g, idx, add.inputs[side], add_id, sv.shape, sv.dtype)) {
+        m.bias_add = b->add;
+        m.x = b->data;
+        m.bias = b->bias;
         m.skip = add.inputs[1 - side];
-        break;
       }
     }
     return m;
@@ -124,13 +106,8 @@ class SkipLayerNormFusion final : public Pass {
     Attributes a;
     a.set("epsilon", ln.attrs.get_float("epsilon", 1e-5f));
     // The fused node takes the residual Add's place: every reader of Sum comes after it.
-    g.nodes[m.add] =
-        Node{kOurDomain, "SkipLayerNorm", ln.name, std::move(ins), std::move(outs), std::move(a)};
-    std::vector<Node> kept;
-    kept.reserve(g.nodes.size());
-    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i)
-      if (i != m.ln && i != m.bias_add) kept.push_back(std::move(g.nodes[i]));
-    g.nodes = std::move(kept);
+    fuse_into(g, m.add, Node{kOurDomain, "SkipLayerNorm", ln.name, std::move(ins), std::move(outs), std::move(a)},
+              {m.ln, m.bias_add});
   }
 };
 
