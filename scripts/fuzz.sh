@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes model loading (tests/fuzz/fuzz_model_loading.cc: import -> verify -> shapes -> passes ->
-# gradients -> plan, under ASan+UBSan) for a fixed time.
+# gradients -> plan, under ASan+UBSan) for a fixed time, or until a number of executions.
 #   scripts/fuzz.sh            # 60 s
 #   scripts/fuzz.sh 1800       # 30 minutes
+#   scripts/fuzz.sh 900 15000  # 15000 executions, at most 900 s (the same work on a busy machine)
 # The corpus grows in build/fuzz-corpus (seeded from tests/fuzz/corpus, which stays untouched).
 # A crash, sanitizer report, timeout (-timeout) or out-of-memory (-rss_limit_mb) exits non-zero
 # and leaves its input in build/fuzz-crashes; replay it with
@@ -11,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN="${1:-60}"
+RUNS="${2:--1}"  # -1: no bound on executions
 BUILD=build/sanitize
 FUZZER="$BUILD/fuzz_model_loading"
 CORPUS=build/fuzz-corpus
@@ -35,13 +37,13 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 before=$(find "$CORPUS" -type f | wc -l)
 log="$CRASHES/last-run.log"
 set +e
-"$FUZZER" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=2048 -timeout=10 \
+"$FUZZER" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -runs="$RUNS" -rss_limit_mb=2048 -timeout=10 \
   -max_len="$max_len" -artifact_prefix="$CRASHES/" -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|what\(\)|stat::|Test unit written"
 rc=${PIPESTATUS[0]}
 set -e
 after=$(find "$CORPUS" -type f | wc -l)
 execs=$(awk '/stat::number_of_executed_units:/ {n += $2} END {print n + 0}' "$log")
-echo "[fuzz] ${SECONDS_TO_RUN} s: ${execs} executions, corpus ${before} -> ${after} files, exit ${rc}"
+echo "[fuzz] ${SECONDS} s elapsed (bounds: ${SECONDS_TO_RUN} s, ${RUNS} runs): ${execs} executions, corpus ${before} -> ${after} files, exit ${rc}"
 if [ "$rc" -ne 0 ]; then
   echo "[fuzz] FAILED: the input is in $CRASHES (log: $log)" >&2
   exit "$rc"

@@ -1,5 +1,7 @@
 """The README's main job runs: a short getting-started run trains, and matches eager; every
-command line the examples document parses and runs (shortened)."""
+command line the examples document parses and runs (shortened). Runs of the same example share an
+export cache (ORTMODULE_CACHE_DIR), as a user's repeated runs can: the first one exports, the
+others load its graphs (exporting is most of a short run's time)."""
 import argparse
 import ast
 import os
@@ -14,6 +16,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def export_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("export-cache"))
 
 
 def test_getting_started_smoke():
@@ -85,10 +92,10 @@ def test_ddp_training_smoke(tmp_path):
     assert resumed < losses[0] - 0.3, (one.stdout, losses)
 
 
-def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
+def test_bert_pretraining_smoke_and_exact_resume(tmp_path, export_cache):
     """The BERT example, shortened: it trains through the engine (bf16, FusedLamb, accumulation),
     and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss."""
-    env = {**__import__("os").environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": export_cache}
     base = [sys.executable, str(ROOT / "examples" / "bert_pretraining.py"), "--steps", "6", "--accum", "2",
             "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu"]
 
@@ -222,14 +229,14 @@ def distinct_runs():
 
 @pytest.mark.parametrize("name, argv, distributed", distinct_runs(),
                          ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
-def test_documented_command_line_runs(tmp_path, name, argv, distributed):
+def test_documented_command_line_runs(tmp_path, export_cache, name, argv, distributed):
     """Each documented command line, shortened by TINY: exits 0, trains through the engine (no
     fallback) where it uses ORTModule, in well under a minute on 2 CPU cores."""
     out_dir = [OUTPUT_DIRS[name], str(tmp_path)] if name in OUTPUT_DIRS else []
     script = [str(ROOT / "examples" / f"{name}.py"), *argv, *TINY[name], *out_dir]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script] \
         if distributed else [sys.executable, *script]
-    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": export_cache}
     if "--resume" in argv:  # resumes the checkpoint of a first run that stopped after one step
         first = subprocess.run([sys.executable, *[a for a in script if a != "--resume"], "--stop-after", "1"],
                                capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
