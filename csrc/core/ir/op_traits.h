@@ -94,6 +94,20 @@ struct OpTraits {
   // required, per the code that emits the node and the kernel that reads it; verify() holds every
   // node to it (ir/op_arity.h). ONNX ops get theirs from onnx's schemas, never here.
   std::optional<OpArity> arity = {};
+
+  // Hooks for what depends on the node, not only on the op (each null for most ops):
+  // output k's dtype from an attribute or another input (Cast's `to`, Where's data); kUndefined
+  // leaves it to the general rule (ir/type_inference.cc: the first input's dtype).
+  DType (*output_dtype_of)(const Graph& g, const Node& n, size_t k) = nullptr;
+  // Host inputs beyond `host_inputs`, from the node's arity or attributes (ConcatGrad's shapes,
+  // ATenOp's numeric arguments); planner/placement.cc ignores positions past the node's inputs.
+  void (*more_host_inputs)(const Node& n, std::vector<int>& out) = nullptr;
+  // Outputs the kernel writes on the host (a scalar its backward reads); positions past the
+  // node's outputs are ignored.
+  std::vector<int> host_outputs = {};
+  // The input whose layout a new output k copies (ATen's fused kernels allocate empty_like one
+  // of their inputs), or -1 for a row-major buffer (planner/memory_layout.cc).
+  int (*output_like_input)(const Graph& g, const Node& n, int k) = nullptr;
 };
 
 // One registry line: (domain, op) and its traits. domain "" is ONNX's default (ai.onnx).

@@ -1,7 +1,6 @@
 // Output dtype rules per op family; shapes stay as the exporter gave them (symbolic dims).
 #include "csrc/core/ir/type_inference.h"
 
-#include <string>
 #include <vector>
 
 #include "csrc/core/ir/errors.h"
@@ -10,28 +9,18 @@
 namespace torch_ort {
 namespace {
 
-DType constant_dtype(const Node& n) {
-  if (const TensorData* t = n.attrs.get_tensor("value")) return t->dtype;
-  if (n.attrs.has("value_float") || n.attrs.has("value_floats")) return DType::kFloat;
-  if (n.attrs.has("value_int") || n.attrs.has("value_ints")) return DType::kInt64;
-  return DType::kUndefined;
-}
-
 DType output_dtype(const Graph& g, const Node& n, size_t out_index) {
   if (!n.domain.empty()) return DType::kUndefined;  // ours are typed when built
-  const std::string& op = n.op_type;
-  if (op == "Constant") return constant_dtype(n);
-  if (op == "Cast") return static_cast<DType>(n.attrs.get_int("to", 0));
-  if (op == "CastLike" && n.inputs.size() > 1 && n.inputs[1] != kNoValue) return g.value(n.inputs[1]).dtype;
-  if (op == "ConstantOfShape") {
-    const TensorData* t = n.attrs.get_tensor("value");
-    return t ? t->dtype : DType::kFloat;
+  const OpTraits& traits = op_traits(n);
+  // Cast's `to`, a Constant's value, Where's data: the op's own rule (csrc/core/ops/).
+  if (traits.output_dtype_of) {
+    const DType t = traits.output_dtype_of(g, n, out_index);
+    if (t != DType::kUndefined) return t;
   }
   // Comparisons and logic give bool, Shape/ArgMax/... int64, Dropout's mask bool, MaxPool's
-  // Indices int64: the op's output_dtypes trait (csrc/core/ops/).
-  const std::vector<DType>& fixed = op_traits(n).output_dtypes;
+  // Indices int64: the op's output_dtypes trait.
+  const std::vector<DType>& fixed = traits.output_dtypes;
   if (out_index < fixed.size() && fixed[out_index] != DType::kUndefined) return fixed[out_index];
-  if (op == "Where" && n.inputs.size() > 1 && n.inputs[1] != kNoValue) return g.value(n.inputs[1]).dtype;
   // Everything else computes in the type of its first (data) input.
   for (ValueId in : n.inputs)
     if (in != kNoValue) return g.value(in).dtype;

@@ -7,6 +7,9 @@
 //
 // The gradient of ATenOp and PythonOp is one ATenOpGrad node that hands the forward's autograd
 // state to torch.autograd.backward (see aten_op.h for the outputs it reads).
+#include <string>
+#include <vector>
+
 #include "csrc/core/ir/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/errors.h"
@@ -15,15 +18,32 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+// The arguments ATenOp's stack builder reads as numbers: kind "item" (arg<i> names the input) and
+// the sizes of kind "ints" traced from shapes (arg<i>_inputs, -1 where a size is fixed).
+void numeric_arguments(const Node& n, std::vector<int>& out) {
+  const std::vector<std::string> kinds = n.attrs.get_strings("arg_kinds", {});
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const std::string name = "arg" + std::to_string(i);
+    if (kinds[i] == "item") out.push_back(static_cast<int>(n.attrs.get_int(name, -1)));
+    if (kinds[i] == "ints")
+      for (int64_t k : n.attrs.get_ints(name + "_inputs", {})) out.push_back(static_cast<int>(k));
+  }
+}
+
+}  // namespace
 
 std::vector<OpEntry> aten_ops() {
   using enum ViewRule;
   return {
       // Any arguments, any results.
-      {kOurDomain, "ATenOp", {.opaque = true, .view = kAutogradOp, .arity = OpArity{0, kVariadic, 0, kVariadic}}},
+      {kOurDomain, "ATenOp", {.opaque = true, .view = kAutogradOp, .arity = OpArity{0, kVariadic, 0, kVariadic},
+                              .more_host_inputs = numeric_arguments}},
       // Consumes the autograd history its ATenOp/PythonOp recorded, once. Reads (dY_k.., Y_k..,
       // leaf_i..), each may be absent, and yields one gradient per needed input.
-      {kOurDomain, "ATenOpGrad", {.opaque = true, .arity = OpArity{0, kVariadic, 1, kVariadic}}},
+      {kOurDomain, "ATenOpGrad",
+       {.opaque = true, .arity = OpArity{0, kVariadic, 1, kVariadic}, .more_host_inputs = numeric_arguments}},
       {kOurDomain, "PythonOp", {.opaque = true, .view = kAutogradOp, .arity = OpArity{0, kVariadic, 0, kVariadic}}},
       // torch.onnx's ATen fallback (operator_export_type ONNX_ATEN_FALLBACK).
       {"org.pytorch.aten", "ATen", {.opaque = true}},

@@ -17,16 +17,39 @@ namespace {
 // never merged by cse).
 bool drops(const Node& n) { return n.attrs.get_float("dropout", 0.0f) > 0.0f; }
 
+bool present(const Node& n, int i) { return i >= 0 && i < static_cast<int>(n.inputs.size()) && n.inputs[i] != kNoValue; }
+// Q, K, V at inputs q, q+1, q+2 take ATen's fused path (one head size, equal B and H), whose
+// kernels allocate Y (in backward dQ/dK/dV) like Q (K, V): empty_like, not row-major. The math
+// path's matmul results are row-major.
+bool fused_path(const Graph& g, const Node& n, int q) {
+  if (!present(n, q) || !present(n, q + 1) || !present(n, q + 2)) return false;
+  const Shape& sq = g.value(n.inputs[q]).shape;
+  const Shape& sk = g.value(n.inputs[q + 1]).shape;
+  const Shape& sv = g.value(n.inputs[q + 2]).shape;
+  if (sq.rank() != 4 || sk.rank() != 4 || sv.rank() != 4) return false;
+  for (int d : {0, 1})
+    if (!sq.dims[d].same_as(sk.dims[d]) || !sq.dims[d].same_as(sv.dims[d])) return false;
+  return sq.dims[3].same_as(sv.dims[3]);
+}
+int y_like_q(const Graph& g, const Node& n, int k) { return k == 0 && fused_path(g, n, 0) ? 0 : -1; }
+// dQ, dK, dV like Q, K, V; not with dLogSumExp (input 7), which takes the math path.
+int grads_like_qkv(const Graph& g, const Node& n, int k) {
+  return k < 3 && fused_path(g, n, 1) && !present(n, 7) ? 1 + k : -1;
+}
+
 }  // namespace
 
 std::vector<OpEntry> attention_ops() {
   return {
       // arity: (Q, K, V, [mask]) -> (Y, LogSumExp, [Backend], [RngState0], [RngState1])
-      {kOurDomain, "Attention", {.random_when = drops, .recomputable = true, .arity = OpArity{3, 4, 2, 5}}},
+      // host output: Backend (the kernel's choice, read by the backward on the host)
+      {kOurDomain, "Attention", {.random_when = drops, .recomputable = true, .arity = OpArity{3, 4, 2, 5},
+                                 .host_outputs = {2}, .output_like_input = y_like_q}},
       // ([dY], Q, K, V, Y, LogSumExp, [mask], [dLogSumExp], [Backend], [RngState0], [RngState1])
       //   -> ([dQ], [dK], [dV]); host input: Backend (the forward's choice). The random state
       //   stays where the forward made it (on the device for CUDA graphs): no host input.
-      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 11, 3, 3, slots({0}), slots({0, 1, 2})}}},
+      {kOurDomain, "AttentionGrad", {.host_inputs = {8}, .arity = OpArity{6, 11, 3, 3, slots({0}), slots({0, 1, 2})},
+                                     .output_like_input = grads_like_qkv}},
   };
 }
 

@@ -15,6 +15,15 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+DType cast_to(const Graph&, const Node& n, size_t) { return static_cast<DType>(n.attrs.get_int("to", 0)); }
+// CastLike(X, like), Where(cond, X, Y): the dtype of input 1 when it is there.
+DType like_input_1(const Graph& g, const Node& n, size_t) {
+  return n.inputs.size() > 1 && n.inputs[1] != kNoValue ? g.value(n.inputs[1]).dtype : DType::kUndefined;
+}
+
+}  // namespace
 
 std::vector<OpEntry> elementwise_ops() {
   using enum FusedInstr;
@@ -26,8 +35,8 @@ std::vector<OpEntry> elementwise_ops() {
                    .inplace_inputs = {0, 1}}},
       {"", "And", {.commutative = true, .recomputable = true, .host_computable = true,
                    .output_dtypes = kBoolOut}},
-      {"", "Cast", {.recomputable = true, .host_computable = true, .view = kSameDtype}},
-      {"", "CastLike", {.host_computable = true, .view = kSameDtype}},
+      {"", "Cast", {.recomputable = true, .host_computable = true, .view = kSameDtype, .output_dtype_of = cast_to}},
+      {"", "CastLike", {.host_computable = true, .view = kSameDtype, .output_dtype_of = like_input_1}},
       {"", "Div", {.fused = kBinary, .recomputable = true, .host_computable = true, .inplace_inputs = {0}}},
       {"", "Equal", {.commutative = true, .recomputable = true, .host_computable = true,
                      .output_dtypes = kBoolOut}},
@@ -61,7 +70,7 @@ std::vector<OpEntry> elementwise_ops() {
       {"", "Sum", {.commutative = true, .host_computable = true, .inplace_inputs = {0}, .view = kSingleSum}},
       {"", "Tanh", {.fused = kUnary, .recomputable = true}},
       {"", "Trilu", {.host_inputs = {1}}},  // k
-      {"", "Where", {.recomputable = true, .host_computable = true}},
+      {"", "Where", {.recomputable = true, .host_computable = true, .output_dtype_of = like_input_1}},
       {"", "Xor", {.commutative = true, .host_computable = true, .output_dtypes = kBoolOut}},
       {kOurDomain, "ErfGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, X)
       {kOurDomain, "GeluGrad", {.arity = OpArity{2, 2, 1, 1}}},  // (dY, X)

@@ -16,13 +16,33 @@
 #include "csrc/core/shapes/shape_rules.h"
 
 namespace torch_ort::ops {
+namespace {
+
+DType constant_dtype(const Graph&, const Node& n, size_t) {
+  if (const TensorData* t = n.attrs.get_tensor("value")) return t->dtype;
+  if (n.attrs.has("value_float") || n.attrs.has("value_floats")) return DType::kFloat;
+  if (n.attrs.has("value_int") || n.attrs.has("value_ints")) return DType::kInt64;
+  return DType::kUndefined;
+}
+DType constant_of_shape_dtype(const Graph&, const Node& n, size_t) {
+  const TensorData* t = n.attrs.get_tensor("value");
+  return t ? t->dtype : DType::kFloat;
+}
+// ConcatGrad(dY, shape(X_0), ..., shape(X_n-1)): every input past dY.
+void shapes_past_dy(const Node& n, std::vector<int>& out) {
+  for (int i = 1; i < static_cast<int>(n.inputs.size()); ++i) out.push_back(i);
+}
+
+}  // namespace
 
 std::vector<OpEntry> shape_ops() {
   using enum ViewRule;
   const std::vector<DType> kInt64Out{DType::kInt64};
   return {
       {"", "Concat", {.recomputable = true, .host_computable = true}},
-      {"", "ConstantOfShape", {.recomputable = true, .host_computable = true, .host_inputs = {0}}},  // shape
+      {"", "Constant", {.output_dtype_of = constant_dtype}},
+      {"", "ConstantOfShape",  // host input: shape
+       {.recomputable = true, .host_computable = true, .host_inputs = {0}, .output_dtype_of = constant_of_shape_dtype}},
       // host inputs: shape
       {"", "Expand", {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kExpand}},
       {"", "Flatten", {.recomputable = true, .host_computable = true, .view = kReshape}},
@@ -45,9 +65,10 @@ std::vector<OpEntry> shape_ops() {
       // host inputs: axes
       {"", "Unsqueeze",
        {.recomputable = true, .host_computable = true, .host_inputs = {1}, .view = kUnsqueeze}},
-      // (dY, shape(X_0), ..., shape(X_n-1)): every input past dY is on the host (placement.cc)
+      // (dY, shape(X_0), ..., shape(X_n-1)): every input past dY is on the host
       // arity: (dY, shape(X_i)...) -> ([dX_i]...)
-      {kOurDomain, "ConcatGrad", {.view = kSplit, .arity = OpArity{2, kVariadic, 1, kVariadic, 0, slots({0})}}},
+      {kOurDomain, "ConcatGrad", {.view = kSplit, .arity = OpArity{2, kVariadic, 1, kVariadic, 0, slots({0})},
+                                  .more_host_inputs = shapes_past_dy}},
       // arity: (dY, shape(X), [starts], [ends], [axes], [steps])
       {kOurDomain, "SliceGrad", {.host_inputs = {1, 2, 3, 4, 5}, .arity = OpArity{2, 6, 1, 1}}},  // shape(X), starts, ends, axes, steps
       // arity: (shape(X), [split], [dY_0], [dY_i]...)

@@ -325,32 +325,15 @@ Rule rule_for(ViewRule kind) {
   return nullptr;
 }
 
-// --- New buffers that are not row-major: ATen's fused attention allocates Y (and, in backward,
-// dQ/dK/dV) like Q (K, V) — empty_like — so a Q transposed from (B, T, H, D) gives a Y whose
-// transpose back is contiguous and reshapes as a view. Only on the fused path (one head size,
-// equal B and H), without dLSE; the math path's matmul results are row-major.
-std::optional<SymSizes> like_input(const Graph& g, const Node& n, int input, const Layouts& l) {
+// --- New buffers that are not row-major: a kernel that allocates an output empty_like one of its
+// inputs (the op's output_like_input hook: ATen's fused attention gives Y the layout of Q, so a Q
+// transposed from (B, T, H, D) gives a Y whose transpose back is contiguous and reshapes as a view).
+std::optional<SymSizes> fresh_strides(const Graph& g, const Node& n, int output, const Layouts& l) {
+  const OpTraits& traits = op_traits(n);
+  const int input = traits.output_like_input ? traits.output_like_input(g, n, output) : -1;
   if (!has(n, input) || !l[n.inputs[input]].strides) return std::nullopt;
   const auto sizes = sizes_of(g, n.inputs[input]);
   return sizes ? dense_like(*sizes, *l[n.inputs[input]].strides) : std::nullopt;
-}
-bool fused_attention(const Graph& g, const Node& n, int q) {
-  if (!has(n, q) || !has(n, q + 1) || !has(n, q + 2)) return false;
-  const Shape& sq = g.value(n.inputs[q]).shape;
-  const Shape& sk = g.value(n.inputs[q + 1]).shape;
-  const Shape& sv = g.value(n.inputs[q + 2]).shape;
-  if (sq.rank() != 4 || sk.rank() != 4 || sv.rank() != 4) return false;
-  for (int d : {0, 1})
-    if (!sq.dims[d].same_as(sk.dims[d]) || !sq.dims[d].same_as(sv.dims[d])) return false;
-  return sq.dims[3].same_as(sv.dims[3]);
-}
-std::optional<SymSizes> fresh_strides(const Graph& g, const Node& n, int output, const Layouts& l) {
-  if (n.domain != kOurDomain) return std::nullopt;
-  if (n.op_type == "Attention" && output == 0 && fused_attention(g, n, 0))
-    return like_input(g, n, 0, l);
-  if (n.op_type == "AttentionGrad" && output < 3 && fused_attention(g, n, 1) && !has(n, 7))
-    return like_input(g, n, 1 + output, l);
-  return std::nullopt;
 }
 
 

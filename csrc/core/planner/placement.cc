@@ -40,22 +40,11 @@ std::vector<int> host_inputs(const Node& n) {
   // Most ops: a fixed list of positions, their trait (ops/<family>.cc, from the kernels'
   // KernelCtx::input_ints / input_scalar / input_flag). Positions past a node's inputs (an older
   // opset's form) are ignored.
-  std::vector<int> out = op_traits(n).host_inputs;
-  if (n.domain == kOurDomain) {
-    if (n.op_type == "ConcatGrad") {  // (dY, shape(X_0), ..., shape(X_n-1))
-      for (int i = 1; i < static_cast<int>(n.inputs.size()); ++i) out.push_back(i);
-    } else if (n.op_type == kAtenOp || n.op_type == kAtenOpGrad) {
-      // Arguments the stack builder reads as numbers: kind "item" (arg<i> names the input) and
-      // the sizes of kind "ints" traced from shapes (arg<i>_inputs, -1 where a size is fixed).
-      const std::vector<std::string> kinds = n.attrs.get_strings("arg_kinds", {});
-      for (size_t i = 0; i < kinds.size(); ++i) {
-        const std::string name = "arg" + std::to_string(i);
-        if (kinds[i] == "item") out.push_back(static_cast<int>(n.attrs.get_int(name, -1)));
-        if (kinds[i] == "ints")
-          for (int64_t k : n.attrs.get_ints(name + "_inputs", {})) out.push_back(static_cast<int>(k));
-      }
-    }
-  }
+  // Others, such as ConcatGrad's shapes or ATenOp's numeric arguments, depend on the node: the
+  // op's more_host_inputs hook adds them.
+  const OpTraits& traits = op_traits(n);
+  std::vector<int> out = traits.host_inputs;
+  if (traits.more_host_inputs) traits.more_host_inputs(n, out);
   const int count = static_cast<int>(n.inputs.size());
   out.erase(std::remove_if(out.begin(), out.end(), [&](int i) { return i < 0 || i >= count; }), out.end());
   std::sort(out.begin(), out.end());
@@ -64,8 +53,10 @@ std::vector<int> host_inputs(const Node& n) {
 }
 
 std::vector<int> host_outputs(const Node& n) {
-  if (n.domain == kOurDomain && n.op_type == "Attention" && n.outputs.size() > 2) return {2};
-  return {};
+  std::vector<int> out = op_traits(n).host_outputs;
+  const int count = static_cast<int>(n.outputs.size());
+  out.erase(std::remove_if(out.begin(), out.end(), [&](int i) { return i < 0 || i >= count; }), out.end());
+  return out;
 }
 
 Placement place_host_values(Graph& g, std::vector<ValueId>* device_roots) {
