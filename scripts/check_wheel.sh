@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The user's view of a release: a new virtual environment outside the checkout holding only torch;
+# The user's view of a release: a new virtual environment outside the checkout holding only torch
+# (and what torch requires);
 # the sdist and a wheel built from it by that environment's pip, as `pip install` would
 # (scripts/build_wheel.sh); the wheel's name, plain version and manylinux tag, and that it
 # carries no copy of torch's or CUDA's libraries; the wheel installed there (nothing of the tree
@@ -24,7 +25,41 @@ base=$("$PY" -c 'import sys; print(sys._base_executable)')
 torch_version=$("$PY" -c 'from importlib.metadata import version; print(version("torch"))')
 log "a fresh venv in $DIR with torch==$torch_version only"
 "$base" -m venv "$DIR/v"
-"$DIR/v/bin/pip" install -q "torch==$torch_version"
+# torch and what it requires, as pip installed them into .venv from the pinned wheel: hard links
+# of their installed files (RECORD), not a second unpacking of 5 GB (100 s on 2 cores). pip sees
+# the same installed distributions either way; nothing else of .venv is there.
+"$PY" - "$DIR/v" <<'LINK'
+import os, shutil, sys, sysconfig
+from importlib.metadata import distribution
+from packaging.requirements import Requirement
+dest = sysconfig.get_paths(vars={"base": sys.argv[1], "platbase": sys.argv[1]})["purelib"]
+todo, seen, linked = [("torch", frozenset())], set(), set()
+while todo:  # (distribution, the extras asked of it): torch needs cuda-toolkit[cufile,...]
+    name, extras = todo.pop()
+    dist = distribution(name)
+    key = (dist.metadata["Name"].lower().replace("_", "-"), extras)
+    if key in seen:
+        continue
+    seen.add(key)
+    for r in map(Requirement, dist.requires or []):
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            todo.append((r.name, frozenset(r.extras)))
+    if key[0] in linked:
+        continue
+    linked.add(key[0])
+    for f in dist.files or []:
+        src = os.path.realpath(dist.locate_file(f))
+        rel = os.path.relpath(src, os.path.realpath(str(dist.locate_file(""))))
+        if rel.startswith("..") or not os.path.isfile(src):
+            continue  # console scripts in bin/: not needed
+        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+        try:
+            os.link(src, os.path.join(dest, rel))
+        except OSError:  # another file system
+            shutil.copy2(src, os.path.join(dest, rel))
+print(f"[check_wheel] linked {len(linked)} distributions: {', '.join(sorted(linked))}")
+LINK
+"$DIR/v/bin/python" -c "import torch; assert torch.__version__.split('+')[0] == '$torch_version', torch.__version__"
 PYTHON="$DIR/v/bin/python" scripts/build_wheel.sh
 wheel=$(ls dist/torch_ort_engine-*.whl)
 version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/_version.py)

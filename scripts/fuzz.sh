@@ -18,6 +18,9 @@ FUZZER="$BUILD/fuzz_model_loading"
 CORPUS=build/fuzz-corpus
 CRASHES=build/fuzz-crashes
 export CCACHE_BASEDIR="$PWD"
+# -g puts the build directory into the debug info, so ccache hashes it unless told not to: a fresh
+# clone elsewhere then misses every object. Debug info keeps the first build's paths (harmless).
+export CCACHE_NOHASHDIR=1
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \

@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD"
+# -g puts the build directory into the debug info, so ccache hashes it unless told not to: a fresh
+# clone elsewhere then misses every object. Debug info keeps the first build's paths (harmless).
+export CCACHE_NOHASHDIR=1
 BUILD=build/sanitize
 
 if [ ! -f "$BUILD/build.ninja" ]; then
