@@ -7,6 +7,7 @@
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"
 #include "csrc/core/ir/graph.h"
+#include "csrc/core/ir/pattern.h"
 #include "csrc/core/ops/families.h"
 #include "csrc/core/shapes/shape_rules.h"
 
@@ -17,12 +18,11 @@ namespace {
 // never merged by cse).
 bool drops(const Node& n) { return n.attrs.get_float("dropout", 0.0f) > 0.0f; }
 
-bool present(const Node& n, int i) { return i >= 0 && i < static_cast<int>(n.inputs.size()) && n.inputs[i] != kNoValue; }
 // Q, K, V at inputs q, q+1, q+2 take ATen's fused path (one head size, equal B and H), whose
 // kernels allocate Y (in backward dQ/dK/dV) like Q (K, V): empty_like, not row-major. The math
 // path's matmul results are row-major.
 bool fused_path(const Graph& g, const Node& n, int q) {
-  if (!present(n, q) || !present(n, q + 1) || !present(n, q + 2)) return false;
+  if (!pattern::has_input(n, q) || !pattern::has_input(n, q + 1) || !pattern::has_input(n, q + 2)) return false;
   const Shape& sq = g.value(n.inputs[q]).shape;
   const Shape& sk = g.value(n.inputs[q + 1]).shape;
   const Shape& sv = g.value(n.inputs[q + 2]).shape;
@@ -34,7 +34,7 @@ bool fused_path(const Graph& g, const Node& n, int q) {
 int y_like_q(const Graph& g, const Node& n, int k) { return k == 0 && fused_path(g, n, 0) ? 0 : -1; }
 // dQ, dK, dV like Q, K, V; not with dLogSumExp (input 7), which takes the math path.
 int grads_like_qkv(const Graph& g, const Node& n, int k) {
-  return k < 3 && fused_path(g, n, 1) && !present(n, 7) ? 1 + k : -1;
+  return k < 3 && fused_path(g, n, 1) && !pattern::has_input(n, 7) ? 1 + k : -1;
 }
 
 }  // namespace
