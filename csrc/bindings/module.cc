@@ -275,6 +275,8 @@ PYBIND11_MODULE(_C, m) {
       .def("stats", [](const Engine& e) { return stats_dict(e.stats()); })
       .def_property_readonly("last_label_density", &Engine::last_label_density,
            "share of labels counted by the last forward's label sparsity (-1: none ran)")
+      .def_property_readonly("last_row_density", &Engine::last_row_density,
+           "share of (batch, sequence) rows the last forward's padding elimination kept (-1: none ran)")
       .def_property_readonly("last_host_reads_forward", &Engine::last_host_reads_forward,
                              "device→host reads of the last forward call (-1: none yet); counted on "
                              "every device, on the CPU as if the values lived on a device")

@@ -172,6 +172,7 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
   }
   last_host_reads_forward_ = host_reads;
   last_label_density_ = labels.total > 0 ? static_cast<double>(labels.valid) / labels.total : -1.0;
+  last_row_density_ = labels.rows_total > 0 ? static_cast<double>(labels.rows_kept) / labels.rows_total : -1.0;
   last_host_steps_forward_ = host.ran;
   last_host_steps_cached_forward_ = host.skipped;
   if (host.record) entry = host_cache_.insert(std::move(key), std::move(*host.record));

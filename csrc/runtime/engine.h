@@ -175,6 +175,9 @@ class Engine {
   // The share of labels that counted in the last forward's label sparsity (LabelRows); -1 when
   // it had none.
   double last_label_density() const { return last_label_density_; }
+  // The share of (batch, sequence) rows padding elimination kept in the last forward
+  // (PaddingRows); -1 when it had none.
+  double last_row_density() const { return last_row_density_; }
   // Host steps the last forward and the last finished backward ran, and those whose outputs came
   // from the host-value cache instead (host_cache.h); -1: none yet. A steady step runs none.
   int64_t last_host_steps_forward() const { return last_host_steps_forward_; }
@@ -226,6 +229,7 @@ class Engine {
   mutable std::atomic<int64_t> last_host_reads_forward_{-1};
   mutable std::atomic<int64_t> last_host_reads_backward_{-1};
   mutable std::atomic<double> last_label_density_{-1.0};
+  mutable std::atomic<double> last_row_density_{-1.0};
   mutable std::atomic<int64_t> last_host_steps_forward_{-1}, last_host_steps_backward_{-1};
   mutable std::atomic<int64_t> last_host_steps_cached_forward_{-1};
   mutable std::atomic<int64_t> last_host_steps_cached_backward_{-1};

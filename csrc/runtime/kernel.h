@@ -40,6 +40,7 @@ class HostReadScope {
 // already, so counting costs no read.
 struct LabelCount {
   int64_t valid = 0, total = 0;
+  int64_t rows_kept = 0, rows_total = 0;  // padding elimination's PaddingRows
 };
 class LabelCountScope {
  public:
@@ -48,6 +49,7 @@ class LabelCountScope {
   LabelCountScope(const LabelCountScope&) = delete;
   LabelCountScope& operator=(const LabelCountScope&) = delete;
   static void add(int64_t valid, int64_t total);  // into the open scope, if any
+  static void add_rows(int64_t kept, int64_t total);
 
  private:
   LabelCount* prev_;

@@ -44,6 +44,11 @@ void LabelCountScope::add(int64_t valid, int64_t total) {
   t_label_count->valid += valid;
   t_label_count->total += total;
 }
+void LabelCountScope::add_rows(int64_t kept, int64_t total) {
+  if (!t_label_count) return;
+  t_label_count->rows_kept += kept;
+  t_label_count->rows_total += total;
+}
 
 CaptureScope::CaptureScope() : prev_(t_capturing) { t_capturing = true; }
 CaptureScope::~CaptureScope() { t_capturing = prev_; }

@@ -170,7 +170,7 @@ TEST(OpTraits, ViewRules) {
   EXPECT_EQ(ops_where([](const OpTraits& t) { return t.view != ViewRule::kNever; }),
             both(onnx({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity", "ReduceMean",
                        "ReduceSum", "Reshape", "Slice", "Split", "Squeeze", "Sum", "Transpose", "Unsqueeze"}),
-                 ours({"ATenOp", "BiasDropout", "ConcatGrad", "DropoutGrad", "PythonOp", "ReduceSumGrad",
+                 ours({"ATenOp", "BiasDropout", "ConcatGrad", "DropoutGrad", "PaddingMaskCheck", "PythonOp", "ReduceSumGrad",
                        "SumToShape"})));
   EXPECT_EQ(find_op("", "Flatten")->view, ViewRule::kReshape);
   EXPECT_EQ(find_op(kOurDomain, "ConcatGrad")->view, ViewRule::kSplit);
@@ -185,7 +185,7 @@ TEST(OpTraits, FixedOutputDtypes) {
   EXPECT_EQ(fixed(DType::kBool), onnx({"And", "Dropout", "Equal", "Greater", "GreaterOrEqual", "IsInf",
                                        "IsNaN", "Less", "LessOrEqual", "Not", "Or", "Xor"}));
   std::set<std::string> int64 = onnx({"ArgMax", "ArgMin", "MaxPool", "NonZero", "Shape", "Size"});
-  int64.merge(ours({"LabelRows"}));
+  int64.merge(ours({"LabelRows", "PaddingRows"}));
   EXPECT_EQ(fixed(DType::kInt64), int64);
   EXPECT_EQ(find_op("", "Dropout")->output_dtypes, (std::vector<DType>{DType::kUndefined, DType::kBool}));
 }

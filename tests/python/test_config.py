@@ -219,7 +219,7 @@ def test_onnx_runtime_variables_we_do_not_read_say_so_once(monkeypatch):
     monkeypatch.setattr(variables, "_told", set())
     assert not {v.name for v in variables.ORT_ONLY} & {v.name for v in VARIABLES}
     monkeypatch.setenv("ORTMODULE_PRINT_INPUT_DENSITY", "1")
-    monkeypatch.setenv("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
+    monkeypatch.setenv("ORTMODULE_CONV_ALGO_SEARCH", "HEURISTIC")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         for _ in range(2):
@@ -401,9 +401,12 @@ def test_skipcheck_policy_device_check_per_call(monkeypatch, policy, checked):
 
 
 
-@pytest.mark.parametrize("env, off", [({}, set()),
-                                      ({"ORTMODULE_DISABLED_PASSES": "dce"}, {"dce"}),
-                                      ({"ORTMODULE_USE_EFFICIENT_ATTENTION": "0"}, {"attention_fusion"})])
+# padding_elimination is off unless ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=1 asks for it.
+@pytest.mark.parametrize("env, off", [({}, {"padding_elimination"}),
+                                      ({"ORTMODULE_DISABLED_PASSES": "dce"}, {"dce", "padding_elimination"}),
+                                      ({"ORTMODULE_USE_EFFICIENT_ATTENTION": "0"},
+                                       {"attention_fusion", "padding_elimination"}),
+                                      ({"ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER": "1"}, set())])
 def test_disabled_passes_reach_the_engine(monkeypatch, env, off):
     import torch_ort
     from torch_ort import _C

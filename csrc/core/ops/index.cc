@@ -1,5 +1,5 @@
 // The index family: Gather, GatherElements, GatherND, Scatter*, NonZero, OneHot, and our
-// gradients of the gathers and LabelRows. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
+// gradients of the gathers, LabelRows and padding elimination's row moves. Kernels: csrc/runtime/kernels/index.cc (Gather: shape.cc).
 // One home per op: its traits line (index_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"
@@ -16,6 +16,13 @@ std::vector<OpEntry> index_ops() {
       {"", "OneHot", {.host_inputs = {1}}},  // depth
       // (labels) -> the positions whose label is not ignore_index (passes/label_sparsity.cc)
       {kOurDomain, "LabelRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{1, 1, 1, 1}}},
+      // Padding elimination (passes/padding_elimination.cc): (mask, ids[, labels]) -> the rows (b·T + t)
+      // that count; (X, rows) -> X's (B, T) rows taken; (X, rows, shape) -> zeros of (B, T, ...) with
+      // X's rows put back; (mask, rows, ids) -> the mask, checked.
+      {kOurDomain, "PaddingRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{2, 3, 1, 1}}},
+      {kOurDomain, "PackRows", {.arity = OpArity{2, 2, 1, 1}}},
+      {kOurDomain, "PadRows", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape
+      {kOurDomain, "PaddingMaskCheck", {.view = ViewRule::kInput0, .arity = OpArity{3, 3, 1, 1}}},
       // arity: (dY, shape(X), indices)
       {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
       {kOurDomain, "GatherGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
@@ -78,6 +85,30 @@ void nonzero_shape(ShapeCtx& c) {
 // LabelRows(labels; ignore_index) -> (number of labels that are not ignore_index): data-dependent.
 void label_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim{}})); }
 
+// PaddingRows(mask, ids[, labels]) -> (number of rows that count): data-dependent.
+void padding_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim{}})); }
+
+// PackRows(X (B, T, ...), rows (K)) -> (K, ...).
+void pack_rows_shape(ShapeCtx& c) {
+  const Shape x = c.in(0), rows = c.in(1);
+  if (!x.rank_known || x.rank() < 2 || !rows.rank_known || rows.rank() != 1) return;
+  Shape out = Shape::of({rows.dims[0]});
+  out.dims.insert(out.dims.end(), x.dims.begin() + 2, x.dims.end());
+  c.set(0, out);
+}
+
+// PadRows(X (K, ...), rows, shape) -> (shape[0], shape[1], ...).
+void pad_rows_shape(ShapeCtx& c) {
+  const Shape x = c.in(0);
+  if (!x.rank_known || x.rank() < 1) return;
+  const SymValues* v = c.values(2);
+  Shape out = Shape::of({Dim{}, Dim{}});
+  for (size_t k = 0; v && k < 2 && k < v->size(); ++k)
+    if ((*v)[k]) out.dims[k] = (*v)[k]->to_dim();
+  out.dims.insert(out.dims.end(), x.dims.begin() + 1, x.dims.end());
+  c.set(0, out);
+}
+
 // OneHot(indices, depth, values; axis = -1): indices' shape with `depth` inserted at axis.
 void one_hot_shape(ShapeCtx& c) {
   Shape x = c.in(0);
@@ -108,9 +139,24 @@ void gather_elements_grad(GradCtx& g) { scatter_back(g, "GatherElementsGrad"); }
 // dX = zeros(shape(X)).index_put(indices, dY, accumulate=True)
 void gather_nd_grad(GradCtx& g) { scatter_back(g, "GatherNDGrad"); }
 
+// Padding elimination's moves are each other's gradients: dX of PackRows is dY padded back,
+// dX of PadRows is dY's counted rows; the checked mask passes its gradient through.
+void pack_rows_grad(GradCtx& g) {
+  g.set_grad(0, g.ours("PadRows", {g.grad_out(0), g.in(1), g.shape_of(g.in(0))}, {}, DType::kUndefined,
+                       g.info(g.in(0)).shape));
+}
+void pad_rows_grad(GradCtx& g) {
+  g.set_grad(0, g.ours("PackRows", {g.grad_out(0), g.in(1)}, {}, DType::kUndefined, g.info(g.in(0)).shape));
+}
+void padding_mask_check_grad(GradCtx& g) { g.set_grad(0, g.grad_out(0)); }
+
 }  // namespace
 
 REGISTER_SHAPE_RULE("Gather", gather_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "PaddingRows", padding_rows_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "PackRows", pack_rows_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "PadRows", pad_rows_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "PaddingMaskCheck", same_as_input0);
 REGISTER_SHAPE_RULE("GatherElements", same_as_input1);  // the indices' shape
 REGISTER_SHAPE_RULE("ScatterElements", same_as_input0);
 REGISTER_SHAPE_RULE("ScatterND", same_as_input0);
@@ -126,6 +172,9 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherNDGrad", declared_by_gradient_builder)
 REGISTER_GRADIENT("Gather", gather_grad, {1});
 REGISTER_GRADIENT("GatherElements", gather_elements_grad, {1});
 REGISTER_GRADIENT("GatherND", gather_nd_grad, {1});
+REGISTER_GRADIENT_IN(kOurDomain, "PackRows", pack_rows_grad, {1});
+REGISTER_GRADIENT_IN(kOurDomain, "PadRows", pad_rows_grad, {1, 2});
+REGISTER_GRADIENT_IN(kOurDomain, "PaddingMaskCheck", padding_mask_check_grad, {1, 2});
 
 NO_GRADIENT("NonZero", "integer output");
 

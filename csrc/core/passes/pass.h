@@ -56,6 +56,7 @@ std::unique_ptr<Pass> make_attention_fusion_pass();  // attention subgraph -> co
 std::unique_ptr<Pass> make_softmax_cross_entropy_fusion_pass();  // LogSoftmax + NLL loss -> SoftmaxCrossEntropyLoss
 std::unique_ptr<Pass> make_label_sparsity_pass();  // a loss over ignored labels -> the valid rows gathered before the LM head
 std::unique_ptr<Pass> make_linear_cross_entropy_fusion_pass();  // LM head + its loss -> LinearCrossEntropy (chunked)
+std::unique_ptr<Pass> make_padding_elimination_pass();  // token-wise work on the rows whose attention_mask is 1
 std::unique_ptr<Pass> make_bias_gelu_fusion_pass();  // Add(x, bias) -> Gelu (op or decomposed) -> BiasGelu
 std::unique_ptr<Pass> make_skip_layer_norm_fusion_pass();  // Add(+bias) + LayerNorm -> SkipLayerNorm
 std::unique_ptr<Pass> make_bias_dropout_fusion_pass();  // Add(bias) + Dropout + Add(residual) -> BiasDropout

@@ -36,6 +36,9 @@ std::vector<std::unique_ptr<Pass>> default_forward_pipeline() {
   // linear_cross_entropy_fusion after label_sparsity, whose gathered head and ProductRows it
   // takes in, and before elementwise_chain_fusion for the same reason as label_sparsity.
   p.push_back(make_linear_cross_entropy_fusion_pass());
+  // padding_elimination after label_sparsity, whose row gather it keeps (its rows count), and
+  // before elementwise_chain_fusion, whose FusedElementwise nodes would run on whatever rows it left.
+  p.push_back(make_padding_elimination_pass());
   // elementwise_chain_fusion last among fusions: it takes only what no specific fusion claimed.
   p.push_back(make_elementwise_chain_fusion_pass());
   // dce runs last: every rewrite before it may orphan nodes, and autodiff (which follows the

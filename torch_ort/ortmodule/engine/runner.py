@@ -76,6 +76,24 @@ class ExportAgain(Exception):
         self.reason = reason
 
 
+def label_sparsity_on(st, on_cuda: bool) -> bool:
+    """Whether the loss runs over valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER): never
+    under CUDA graphs (the row count is data), on CUDA only when asked (a host wait per step)."""
+    if not st.compute_optimizer or st.sparse_optimizer is False:
+        return False
+    if on_cuda and st.use_cuda_graph:
+        return False
+    return st.sparse_optimizer is True or not on_cuda
+
+
+def padding_elimination_on(st, on_cuda: bool) -> bool:
+    """Whether token-wise work runs on the unpadded rows only
+    (ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER): off by default, never under CUDA graphs."""
+    if not st.compute_optimizer or not st.embedding_sparse_optimizer:
+        return False
+    return not (on_cuda and st.use_cuda_graph)
+
+
 class GraphRunner:
     """`aten` is the owner's ATen fallback set (shared by its runners); `on_export` is called once
     per export, re-exports for the ATen fallback included; `on_cache_hit(n)` with 1 when the export
@@ -231,17 +249,6 @@ class GraphRunner:
             self._shared.store(self._shared_key, self.export, ops)
         self.export.stored = True
 
-    def _label_sparsity(self) -> bool:
-        """Whether the loss runs over valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER): never
-        under CUDA graphs (the row count is data), on CUDA only when asked (a host wait per step)."""
-        st = self._settings
-        if not st.compute_optimizer or st.sparse_optimizer is False:
-            return False
-        on_cuda = any(p.is_cuda for p in self.params)
-        if on_cuda and st.use_cuda_graph:
-            return False
-        return st.sparse_optimizer is True or not on_cuda
-
     def dropped_outputs(self, training: bool) -> list[int]:
         """Graph outputs a training engine does not compute: under ORTMODULE_SKIP_LOGITS, the
         `logits` a model returns beside a computed `loss` (each call then gets logits=None)."""
@@ -260,8 +267,11 @@ class GraphRunner:
         disabled = set(self._settings.disabled_passes)
         if not self._settings.efficient_attention:
             disabled.add("attention_fusion")
-        if not self._label_sparsity():
+        on_cuda = any(p.is_cuda for p in self.params)
+        if not label_sparsity_on(self._settings, on_cuda):
             disabled.add("label_sparsity")
+        if not padding_elimination_on(self._settings, on_cuda):
+            disabled.add("padding_elimination")
         known = set(_load_extension().pass_names())
         return sorted(disabled & known)
 

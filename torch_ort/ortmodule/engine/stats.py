@@ -9,9 +9,10 @@ if TYPE_CHECKING:
     from torch_ort.ortmodule.ortmodule import ORTModule
 
 
-def _density(engine) -> float | None:
-    """The last forward's label density (Engine.last_label_density), None where none was seen."""
-    value = getattr(engine, "last_label_density", -1.0) if engine is not None else -1.0
+def _density(engine, name: str = "last_label_density") -> float | None:
+    """The last forward's label density (Engine.last_label_density) or row density
+    (Engine.last_row_density), None where none was seen."""
+    value = getattr(engine, name, -1.0) if engine is not None else -1.0
     return None if value < 0 else value
 
 
@@ -29,7 +30,11 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
     and `cuda_graph_replays`, `label_sparsity` — whether the last engine computes its loss
     over the valid labels only (ORTMODULE_ENABLE_SPARSE_OPTIMIZER; its row count is one host
     read per forward), `label_density` — the share of labels that counted in the last
-    forward's label sparsity (None when it did not run), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
+    forward's label sparsity (None when it did not run), `padding_elimination` — whether the
+    last engine runs its token-wise work on the unpadded rows only
+    (ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER; two host reads per forward: the row count and
+    the attention mask's check), `row_density` — the share of (batch, sequence) rows it kept in
+    the last forward (None when it did not run), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
     call's graph (memory_budget.MemoryPlan: recompute level, LM-head chunk, predicted peak; None
     without a budget), `export_seconds` and `build_seconds` — what the last call's graph took to
     export (0 when ORTMODULE_CACHE_DIR had it) and its engine to build, `op_counts` — the
@@ -55,6 +60,8 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
         "cuda_graph_replays": graphs["replays"],
         "label_sparsity": "label_sparsity" in st.get("passes_changed", ()),
         "label_density": _density(engine),
+        "padding_elimination": "padding_elimination" in st.get("passes_changed", ()),
+        "row_density": _density(engine, "last_row_density"),
         "memory_plan": m._last_runner.memory_plan if m._last_runner is not None else None,
         "export_seconds": m._last_runner.export.seconds if m._last_runner is not None else 0.0,
         "build_seconds": m._last_runner.build_seconds if m._last_runner is not None else 0.0,

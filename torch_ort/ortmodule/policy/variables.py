@@ -87,6 +87,14 @@ VARIABLES: tuple[Variable, ...] = (
              "runs the head, the loss and their gradients on the rows whose label counts; auto: on "
              "CPU only (on CUDA the row count is a host wait each step, and a CUDA-graph capture "
              "cannot hold it); 1 also on CUDA without CUDA graphs"),
+    Variable("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "embedding_sparse_optimizer", "bool", False,
+             parse.boolean,
+             "padding elimination (the padding_elimination pass): the token-wise work of a "
+             "transformer (embedding, norms, projections, MLP) runs on the positions whose "
+             "attention_mask is not 0 or whose label counts; exact (the attention mask is checked "
+             "each step, an error if it lets a counted position see a dropped one); fires only "
+             "where no returned output reads the padding (ORTMODULE_SKIP_LOGITS=1 for a causal LM); "
+             "two host reads per step; never under CUDA graphs"),
     Variable("ORTMODULE_SKIP_LOGITS", "skip_logits", "bool", False, parse.boolean,
              "in training, a model that returns its `logits` beside its `loss` (a ModelOutput or "
              "dict, as Hugging Face causal LMs do) returns logits=None instead: the full B·T·vocab "
@@ -135,9 +143,6 @@ ORT_ONLY: tuple[OrtOnly, ...] = (
             "ORT logs, every step, the share of label inputs not equal to the loss's ignore_index and "
             "of embedding ids not equal to padding_idx, to steer its sparsity rewrites; there are no "
             "such rewrites here, and a count every step would make each step wait on the device"),
-    OrtOnly("ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER",
-            "ORT's embedding-sparsity rewrite (padding ids removed before the embedding) has no "
-            "counterpart here"),
     OrtOnly("ORTMODULE_CONV_ALGO_SEARCH",
             "it picks ORT's own cuDNN convolution algorithm search; convolutions here run through "
             "ATen, whose search torch.backends.cudnn.benchmark controls"),
