@@ -145,6 +145,11 @@ TEST(PaddingElimination, LeavesAloneWhatCouldReadThePadding) {
   Layer l = layer();
   l.g.nodes[l.attention].inputs.resize(3);
   EXPECT_FALSE(make_padding_elimination_pass()->run(l.g));
+  // An embedding whose gradient scales by each id's count over every position.
+  Layer freq = layer();
+  for (Node& n : freq.g.nodes)
+    if (n.op_type == "Embedding") n.attrs.set("scale_grad_by_freq", int64_t{1});
+  EXPECT_FALSE(make_padding_elimination_pass()->run(freq.g));
 }
 
 }  // namespace

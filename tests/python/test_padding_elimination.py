@@ -132,12 +132,14 @@ def test_off_by_default(tmp_path, monkeypatch):
     assert model.stats()["padding_elimination"] is False
 
 
-class LeakyAttention(torch.nn.Module):
-    """Its mask hides padded queries instead of padded keys: a counted position attends the
-    padding, so the padding's values matter."""
+class OneHeadAttention(torch.nn.Module):
+    """An embedding, one attention head over F.scaled_dot_product_attention and a head with
+    F.cross_entropy. Its mask: `keys` hides padded keys (additive, finfo.min, (B, 1, 1, T)), as
+    models do; `queries` hides padded queries instead, so a counted position attends the padding."""
 
-    def __init__(self):
+    def __init__(self, mask="keys"):
         super().__init__()
+        self.mask = mask
         self.emb = torch.nn.Embedding(VOCAB, 32)
         self.qkv = torch.nn.Linear(32, 96)
         self.head = torch.nn.Linear(32, VOCAB)
@@ -145,15 +147,43 @@ class LeakyAttention(torch.nn.Module):
     def forward(self, input_ids, attention_mask, labels):
         x = self.emb(input_ids)
         q, k, v = (t.unsqueeze(1) for t in self.qkv(x).chunk(3, dim=-1))
-        keep = attention_mask[:, None, :, None].bool().expand(-1, 1, -1, input_ids.shape[1])
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep).squeeze(1)
+        if self.mask == "keys":
+            keep = attention_mask[:, None, None, :].bool()
+            bias = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+        else:
+            bias = attention_mask[:, None, :, None].bool().expand(-1, 1, -1, input_ids.shape[1])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).squeeze(1)
         logits = self.head(x + y)
         return F.cross_entropy(logits.view(-1, VOCAB), labels.view(-1), ignore_index=-100)
 
 
-def test_a_mask_that_lets_counted_rows_see_the_padding_is_refused():
-    model = ORTModule(LeakyAttention())
+def test_a_model_of_its_own_with_a_key_padding_mask_trains_like_eager():
+    torch.manual_seed(0)
+    eager = OneHeadAttention()
+    ours = ORTModule(copy.deepcopy(eager))
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        ids, mask, labels = padded_batch(gen)
+        loss_e, loss_o = (m(input_ids=ids, attention_mask=mask, labels=labels) for m in (eager, ours))
+        loss_e.backward()
+        loss_o.backward()
+        torch.testing.assert_close(loss_o, loss_e, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(eager.named_parameters(), ours.parameters()):
+            assert_norm_close(q.grad, p.grad, name)
+    assert ours.stats()["padding_elimination"] is True
+
+
+@pytest.mark.parametrize("case", ["attends_padding", "sees_only_padding"])
+def test_a_mask_that_lets_counted_rows_see_the_padding_is_refused(case):
+    """`attends_padding`: the mask hides padded queries, not keys. `sees_only_padding`: a sequence
+    that is all padding keeps labels that count; every key of those rows is at finfo.min, so
+    softmax spreads their weight over every key, the dropped ones included."""
+    model = ORTModule(OneHeadAttention("queries" if case == "attends_padding" else "keys"))
     ids, mask, labels = padded_batch(torch.Generator().manual_seed(3))
+    if case == "sees_only_padding":
+        mask[0] = 0
+        labels[0] = -100
+        labels[0, :3] = ids[0, :3]
     with pytest.raises(Exception, match="attention mask lets a position that counts attend a position whose "
                                         "attention_mask is 0"):
         model(input_ids=ids, attention_mask=mask, labels=labels)

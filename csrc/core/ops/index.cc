@@ -86,7 +86,8 @@ void nonzero_shape(ShapeCtx& c) {
 void label_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim{}})); }
 
 // PaddingRows(mask, ids[, labels]) -> (number of rows that count): data-dependent.
-void padding_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim{}})); }
+// One symbol for it, the pass's own (passes/padding_elimination.cc): every packed value has that many rows.
+void padding_rows_shape(ShapeCtx& c) { c.set(0, Shape::of({Dim::symbolic("padding_rows")})); }
 
 // PackRows(X (B, T, ...), rows (K)) -> (K, ...).
 void pack_rows_shape(ShapeCtx& c) {

@@ -70,6 +70,13 @@ bool elementwise(const Node& n) {
          is_ours(n, "FusedElementwise") || is_ours(n, "BiasGelu");
 }
 
+// The elementwise ops a padded value may pass through on its way to an Attention: the zeros of its
+// dropped rows stay finite (Attention weighs those rows by 0, and 0·Inf is NaN).
+bool finite_on_zeros(const Node& n) {
+  return is_onnx(n, "Add") || is_onnx(n, "Sub") || is_onnx(n, "Mul") || is_onnx(n, "Neg") ||
+         is_onnx(n, "Cast") || is_onnx(n, "Identity") || is_onnx(n, "Where");
+}
+
 class Analysis {
  public:
   Analysis(const Graph& g, Plan& plan) : g_(g), idx_(g), plan_(plan), rows_(g.num_values()) {}
@@ -143,11 +150,15 @@ class Analysis {
     std::vector<int> rows_at;
     std::vector<int> any_at;  // read whole whatever its shape (a GEMM's weight, the embedding table)
     if (is_ours(n, "Embedding")) {
-      if (n.inputs.size() != 2 || n.inputs[1] != plan_.ids || rows_[n.inputs[0]].layout != Layout::kClean)
+      // scale_grad_by_freq counts each id over every position: over the kept ones it would count fewer.
+      if (n.inputs.size() != 2 || n.inputs[1] != plan_.ids || rows_[n.inputs[0]].layout != Layout::kClean ||
+          n.attrs.get_int("scale_grad_by_freq", 0) != 0)
         return std::nullopt;
       return std::vector<int>{1};
     } else if (is_onnx(n, "MatMul") || is_ours(n, "FusedMatMul")) {
-      if (n.attrs.get_int("transA", 0) != 0 || !has_input(n, 1) || rank_of(g_, n.inputs[1]) != 2) return std::nullopt;
+      if (n.attrs.get_int("transA", 0) != 0 || !has_input(n, 1) || rank_of(g_, n.inputs[1]) != 2 ||
+          rank_of(g_, n.inputs[0]) < 3)
+        return std::nullopt;
       rows_at = {0};
       any_at = {1};
     } else if (is_onnx(n, "ReduceMean") || is_onnx(n, "ReduceSum") || is_onnx(n, "ReduceMax")) {
@@ -157,6 +168,10 @@ class Analysis {
       rows_at = {0};
       any_at = {1};
     } else if (is_onnx(n, "Softmax") || is_onnx(n, "LayerNormalization")) {
+      // Softmax before opset 13 defaults to axis 1 and flattens what follows: rows mixed.
+      const auto opset = g_.opset_imports.find("");
+      if (is_onnx(n, "Softmax") && !n.attrs.has("axis") && (opset == g_.opset_imports.end() || opset->second < 13))
+        return std::nullopt;
       if (!trailing_axes({n.attrs.get_int("axis", -1)}, r)) return std::nullopt;
       rows_at = {0};
     } else if (elementwise(n)) {
@@ -217,12 +232,13 @@ class Analysis {
       if (!x.flat || padded(1) || n.attrs.get_int("axis", 0) != 0 || !has_input(n, 1)) return false;
       const Node* rows = producer(g_, idx_, n.inputs[1]);
       if (!rows || !is_ours(*rows, "LabelRows")) return false;
-      if (plan_.labels != kNoValue && plan_.labels != rows->inputs[0]) return false;
+      const int64_t ignore = rows->attrs.get_int("ignore_index", -100);
+      if (plan_.labels != kNoValue && (plan_.labels != rows->inputs[0] || plan_.ignore_index != ignore)) return false;
       plan_.labels = rows->inputs[0];
-      plan_.ignore_index = rows->attrs.get_int("ignore_index", -100);
+      plan_.ignore_index = ignore;
       return true;  // clean
     }
-    if (elementwise(n) || is_onnx(n, "Concat")) return spreads_rows(n, in, out_rank);
+    if (finite_on_zeros(n) || is_onnx(n, "Concat")) return spreads_rows(n, in, out_rank);
     // Every other reader takes its rows from input 0 alone, as (B, T, ...) with B and T apart.
     if (!padded(0) || x.flat || out == kNoValue) return false;
     for (size_t k = 1; k < in.size(); ++k)
@@ -277,7 +293,7 @@ class Analysis {
       return at_rows(out, b, t);
     }
     if (is_onnx(n, "Unsqueeze") || is_onnx(n, "Expand")) {
-      if (padded(1)) return false;
+      if (!has_input(n, 1) || padded(1) || out_rank < 0) return false;  // axes as an input (opset 13+)
       const int shift = static_cast<int>(out_rank - rank_of(g_, n.inputs[0]));
       if (is_onnx(n, "Expand")) {
         set(out, Rows{Layout::kPadded, x.b + shift, x.t + shift, false});
@@ -316,6 +332,7 @@ class Analysis {
       // Along B or T only the whole range (step 1); any slice along the other axes.
       for (size_t k = 1; k < n.inputs.size(); ++k)
         if (padded(k)) return false;
+      if (!has_input(n, 1) || !has_input(n, 2)) return false;  // starts, ends as inputs (opset 10+)
       const auto starts = constant_ints(g_, idx_, n.inputs[1]);
       const auto ends = constant_ints(g_, idx_, n.inputs[2]);
       std::optional<std::vector<int64_t>> axes, steps;

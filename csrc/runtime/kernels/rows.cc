@@ -1,10 +1,14 @@
 // Padding elimination's kernels (core: passes/padding_elimination.cc, ops/index.cc): the rows
 // that count, the moves between (B, T, ...) and the packed (K, ...) layout, and the check that
 // the attention mask keeps every counted row away from the dropped ones.
+#include <cmath>
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/any.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/gt.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/logical_and.h>
@@ -12,6 +16,7 @@
 #include <ATen/ops/logical_or.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/sub.h>
 #include <ATen/ops/zeros.h>
 
 #include "csrc/runtime/kernels/common.h"
@@ -67,24 +72,35 @@ void pad_rows_kernel(KernelCtx& c) {
   c.set_output(0, y.view(out));
 }
 
-// PaddingMaskCheck(mask, rows, ids) -> mask. Exact only when no counted query row may attend a
-// dropped key: a boolean mask must be false there, an additive one at most -1e4 (its exp is 0).
+// PaddingMaskCheck(mask, rows, ids) -> mask. Exact only when every counted query row gives the
+// dropped keys weight 0: a boolean mask false for them, an additive one whose largest value over
+// dropped keys is -inf or at least 1e4 below its largest over counted keys (its exp is then 0
+// beside theirs; scores are far smaller). A counted row that may attend no counted key fails too: softmax would spread its
+// weight over every key, dropped ones included.
 void padding_mask_check_kernel(KernelCtx& c) {
   const at::Tensor& mask = c.input(0);
   const at::Tensor& ids = c.input(2);
   const int64_t b = ids.size(0), t = ids.size(1);
-  if (mask.dim() < 2 || mask.dim() > 4 || mask.size(-1) != t || mask.size(-2) != t ||
-      (mask.dim() == 4 && mask.size(0) != b && mask.size(0) != 1))
+  const auto fits = [&](int64_t d, int64_t want) { return mask.size(d) == want || mask.size(d) == 1; };
+  if (mask.dim() < 2 || mask.dim() > 4 || mask.size(-1) != t || !fits(-2, t) || (mask.dim() == 4 && !fits(0, b)))
     c.fail("padding elimination: the attention mask " + rows_sizes_text(mask) + " is not (batch, heads, " +
-           std::to_string(t) + ", " + std::to_string(t) + ")");
-  at::Tensor allowed = mask.scalar_type() == at::kBool ? mask : mask.gt(-1e4);
-  while (allowed.dim() < 4) allowed = allowed.unsqueeze(0);
-  allowed = allowed.any(1);  // (B or 1, T, T): any head may attend
+           std::to_string(t) + " or 1, " + std::to_string(t) + ")");
+  at::Tensor m = mask.scalar_type() == at::kBool
+                     ? at::where(mask, at::zeros({}, mask.options().dtype(at::kFloat)),
+                                 at::full({}, -INFINITY, mask.options().dtype(at::kFloat)))
+                     : mask.to(at::kFloat);
+  while (m.dim() < 4) m = m.unsqueeze(0);
   at::Tensor counted = at::zeros({b * t}, ids.options().dtype(at::kBool));
   counted.index_fill_(0, c.input(1), true);
-  counted = counted.view({b, t});
-  at::Tensor leak = at::logical_and(at::logical_and(allowed, counted.unsqueeze(2)),
-                                    at::logical_not(counted).unsqueeze(1));
+  counted = counted.view({b, 1, 1, t});  // as keys
+  const at::Tensor none = at::full({}, -INFINITY, m.options());
+  const at::Tensor over_counted = at::where(counted, m, none).amax(-1);              // (B, H, T or 1)
+  const at::Tensor over_dropped = at::where(at::logical_not(counted), m, none).amax(-1);
+  const at::Tensor query = counted.view({b, 1, t});
+  // As a difference: finfo.min - 1e4 rounds back to finfo.min, and a row all finfo.min is uniform.
+  const at::Tensor apart = at::sub(over_counted, over_dropped).ge(1e4);
+  at::Tensor leak = at::logical_and(at::logical_and(over_dropped.gt(-INFINITY), at::logical_not(apart)),
+                                    over_counted.size(-1) == 1 ? query.any(-1, true) : query);
   HostReadScope::add();
   if (leak.any().item<bool>())
     c.fail("padding elimination (ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=1): the attention mask lets a "
