@@ -129,7 +129,8 @@ void register_errors(py::module_& m) {
                           "rule' (none registered), 'working gradient rule' (the rule refused the node); "
                           "domain '' is the ONNX domain. Empty when the error is not about particular ops.";
   }
-  py::register_exception<KernelError>(m, "KernelError", PyExc_RuntimeError);
+  py::handle kernel_error = py::register_exception<KernelError>(m, "KernelError", PyExc_RuntimeError);
+  py::register_exception<DecisionChangedError>(m, "DecisionChangedError", kernel_error.ptr());
   py::register_exception<RunContextError>(m, "RunContextError", PyExc_RuntimeError);
   // Registered after register_exception's own translators, so tried before them.
   py::register_exception_translator([](std::exception_ptr p) {

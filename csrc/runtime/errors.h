@@ -14,6 +14,11 @@ struct InputMismatchError : std::runtime_error { using std::runtime_error::runti
 // A kernel failed while running: wraps the ATen message with the op and node.
 struct KernelError : std::runtime_error { using std::runtime_error::runtime_error; };
 
+// A decision the export took from the values it saw (a Python `if` on a tensor's value) does not
+// hold for this call's values: the graph is the other branch's, and its outputs are not returned.
+// ORTModule exports again (torch_ort/ortmodule/export/decisions.py).
+struct DecisionChangedError : KernelError { using KernelError::KernelError; };
+
 // The engine was driven wrongly: backward twice on one run context, a context of another engine.
 struct RunContextError : std::runtime_error { using std::runtime_error::runtime_error; };
 

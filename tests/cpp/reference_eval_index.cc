@@ -142,6 +142,32 @@ const bool kRegistered = [] {
   const auto ours = [](const char* op, OpFn f) { register_op(kOurDomain, op, std::move(f)); };
   reg("GatherElements", [](const Node& n, const Ins& in) { return gather_fwd(n, in, true); });
   ours("GatherGrad", [](const Node& n, const Ins& in) { return gather_bwd(n, in, false); });
+  // Padding elimination's moves: (X (B, T, ...), rows) -> (K, ...) and back into zeros of (B, T, ...).
+  ours("PackRows", [](const Node&, const Ins& in) -> Outs {
+    const int64_t row = prod(X(0).shape, 2);
+    RefTensor r{X(0).dtype, {static_cast<int64_t>(X(1).data.size())}, {}};
+    r.shape.insert(r.shape.end(), X(0).shape.begin() + 2, X(0).shape.end());
+    for (double k : X(1).data)
+      for (int64_t j = 0; j < row; ++j) r.data.push_back(X(0).data[static_cast<int64_t>(k) * row + j]);
+    return {r};
+  });
+  ours("PadRows", [](const Node&, const Ins& in) -> Outs {
+    const Dims to = ints(X(2));
+    Dims s{to[0], to[1]};
+    s.insert(s.end(), X(0).shape.begin() + 1, X(0).shape.end());
+    RefTensor r = RefTensor::zeros(X(0).dtype, s);
+    const int64_t row = prod(X(0).shape, 1);
+    for (size_t i = 0; i < X(1).data.size(); ++i)
+      for (int64_t j = 0; j < row; ++j)
+        r.data[static_cast<int64_t>(X(1).data[i]) * row + j] = X(0).data[static_cast<int64_t>(i) * row + j];
+    return {r};
+  });
+  // Run-time checks: their first input, when the check holds.
+  ours("PaddingMaskCheck", [](const Node&, const Ins& in) -> Outs { return {X(0)}; });
+  ours("DecisionCheck", [](const Node& n, const Ins& in) -> Outs {
+    if (X(1).data.empty() || X(1).data[0] == 0) fail(n, "the decision does not hold");
+    return {X(0)};
+  });
   ours("GatherElementsGrad", [](const Node& n, const Ins& in) { return gather_bwd(n, in, true); });
   reg("GatherND", [](const Node& n, const Ins& in) -> Outs {
     const int64_t b = n.attrs.get_int("batch_dims", 0), k = X(1).shape.back();

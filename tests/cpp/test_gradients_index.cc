@@ -85,6 +85,24 @@ std::vector<Case> index_cases() {
                  ValueId e = add1(g, "Gather", {in[0], in[1]});
                  return std::vector<ValueId>{add1(g, "Mul", {e, add1(g, "Gather", {in[0], in[1]})})};
                }});
+  // Padding elimination's moves (rows 0, 2, 3, 5 of a (2, 3, ...) batch, gathered and put back)
+  // and the run-time checks that pass their first input through.
+  const auto our_op = [](const char* op) {
+    return [op](Graph& g, const std::vector<ValueId>& in) {
+      const ValueId out = g.new_value(std::string(op) + "_out", DType::kUndefined, Shape::unknown());
+      g.nodes.push_back(Node{kOurDomain, op, g.unique_node_name(std::string("/") + op), in, {out}, {}});
+      return std::vector<ValueId>{out};
+    };
+  };
+  c.push_back({"PackRows_kept_rows", "com.torch_ort::PackRows", {G({2, 3, 2}), L({4}, {0, 2, 3, 5})}, {}, 1,
+               our_op("PackRows")});
+  c.push_back({"PadRows_kept_rows", "com.torch_ort::PadRows", {G({4, 2}), L({4}, {0, 2, 3, 5}), K({2, 3})}, {}, 1,
+               our_op("PadRows")});
+  c.push_back({"PaddingMaskCheck_passes_through", "com.torch_ort::PaddingMaskCheck",
+               {G({2, 1, 3, 3}), L({4}, {0, 2, 3, 5}), L({2, 3}, {1, 1, 1, 1, 1, 1})}, {}, 1,
+               our_op("PaddingMaskCheck")});
+  c.push_back({"DecisionCheck_holds", "com.torch_ort::DecisionCheck", {G({3, 2}), L({}, {1})}, {}, 1,
+               our_op("DecisionCheck")});
   return c;
 }
 

@@ -170,7 +170,7 @@ TEST(OpTraits, ViewRules) {
   EXPECT_EQ(ops_where([](const OpTraits& t) { return t.view != ViewRule::kNever; }),
             both(onnx({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity", "ReduceMean",
                        "ReduceSum", "Reshape", "Slice", "Split", "Squeeze", "Sum", "Transpose", "Unsqueeze"}),
-                 ours({"ATenOp", "BiasDropout", "ConcatGrad", "DropoutGrad", "PaddingMaskCheck", "PythonOp", "ReduceSumGrad",
+                 ours({"ATenOp", "BiasDropout", "ConcatGrad", "DecisionCheck", "DropoutGrad", "PaddingMaskCheck", "PythonOp", "ReduceSumGrad",
                        "SumToShape"})));
   EXPECT_EQ(find_op("", "Flatten")->view, ViewRule::kReshape);
   EXPECT_EQ(find_op(kOurDomain, "ConcatGrad")->view, ViewRule::kSplit);

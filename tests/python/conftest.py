@@ -35,6 +35,15 @@ def strict(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def branches_unexportable(request, monkeypatch):
+    """Tests marked branches_unexportable use a Python `if` on a tensor's value as their example
+    of a module torch.export cannot capture (the fallback, partial acceleration, error texts);
+    with decisions taken from values (test_data_dependent.py) such a module exports whole."""
+    if request.node.get_closest_marker("branches_unexportable") is not None:
+        monkeypatch.setenv("ORTMODULE_EXPORT_DECISIONS_FROM_VALUES", "0")
+
+
+@pytest.fixture(autouse=True)
 def torch_ort_logger_state():
     """Every test: the torch_ort logger's level and rank filter are put back afterwards (a level
     asked for through DebugOptions or ORTMODULE_LOG_LEVEL stays set, as logging levels do)."""

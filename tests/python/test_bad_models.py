@@ -12,6 +12,8 @@ from conftest import twin
 from torch_ort import ORTModule
 from torch_ort.ortmodule import ORTModuleTorchModelException
 
+pytestmark = pytest.mark.branches_unexportable  # its `if h.sum() > 0` models must not export
+
 
 class SkipsMaskWhenUnpadded(torch.nn.Module):
     """A pattern from real model code: look at the mask's values to skip work when nothing is

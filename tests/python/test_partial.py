@@ -17,7 +17,7 @@ import model_zoo
 from torch_ort import ORTModule, ORTModuleFallbackWarning, SubmoduleStatus
 from torch_ort.ortmodule import ORTModuleTorchModelException
 
-pytestmark = pytest.mark.fallback
+pytestmark = [pytest.mark.fallback, pytest.mark.branches_unexportable]
 TORCH_MODEL = "FALLBACK_UNSUPPORTED_TORCH_MODEL"
 ENGINE_BLOCKS = [(f"h.{i}", "engine") for i in range(4)]
 SPLITS = {

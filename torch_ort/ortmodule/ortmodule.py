@@ -12,7 +12,7 @@ import torch
 
 from torch_ort.ortmodule.call_schema import check_devices, device_types, parse_call
 from torch_ort.ortmodule.copying import Copyable
-from torch_ort.ortmodule.engine import bridge, memory_monitor, progress
+from torch_ort.ortmodule.engine import bridge, decision_variants, memory_monitor, progress
 from torch_ort.ortmodule.engine.plan_cache import PlanCache, describe
 from torch_ort.ortmodule.engine.runner import GraphRunner
 from torch_ort.ortmodule.engine.stats import module_stats
@@ -214,18 +214,25 @@ class ORTModule(ModuleProxy, Copyable):
         with partial.engine_running():  # a split counting its first call's FLOPs
             return self._run_engine(args, kwargs)
 
-    def _run_engine(self, args, kwargs):
+    def _run_engine(self, args, kwargs, tried: frozenset = frozenset()):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
         self._last_engine, self._last_runner = engine, runner
         report = self._memory.hook(engine, runner, tensors, training)
         if report:
             report("pre-forward")
-        if training:
-            plan = runner.release_plan(engine, len(tensors), params)
-            outputs = bridge.run_training(engine, report, plan, tensors, params)
-        else:
-            with torch.no_grad(), python_op.errors_as_raised():
-                outputs, _ = engine.forward([*tensors, *params])
+        try:
+            if training:
+                plan = runner.release_plan(engine, len(tensors), params)
+                outputs = bridge.run_training(engine, report, plan, tensors, params)
+            else:
+                with torch.no_grad(), python_op.errors_as_raised():
+                    outputs, _ = engine.forward([*tensors, *params])
+        except Exception as e:  # a decision the export took from values does not hold: other graph
+            if not decision_variants.changed(e) and not (not tried and decision_variants.may_have_changed(runner, e)):
+                raise
+            tried = tried | {id(runner.export)}
+            runner.variants.switch(runner, e, args, kwargs, tried)
+            return self._run_engine(args, kwargs, tried)
         if report:
             report("post-forward")
         outputs = runner.restore_dropped(list(outputs), training)  # ORTMODULE_SKIP_LOGITS

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "csrc/core/planner/placement.h"
+#include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernels/common.h"
 
 namespace torch_ort::kernels {
@@ -65,8 +66,18 @@ void to_device_kernel(KernelCtx& c) {
   c.set_output(0, upload(*c.upload, x, c.device));
 }
 
+// DecisionCheck(X, cond; message) -> X, where cond (read on the host: placement put it there)
+// holds; else the decision the export took no longer holds for these values.
+void decision_check_kernel(KernelCtx& c) {
+  if (!c.input_flag(1, false))
+    throw DecisionChangedError(c.node.describe() + ": a decision the export took from the values it saw "
+                               "does not hold for these (" + c.attrs.get_string("message", "") + ")");
+  c.set_output(0, c.input(0));
+}
+
 }  // namespace
 
+REGISTER_KERNEL_IN(kOurDomain, "DecisionCheck", decision_check_kernel);
 REGISTER_KERNEL_IN(kOurDomain, kToHost, to_host_kernel);
 REGISTER_KERNEL_IN(kOurDomain, kToDevice, to_device_kernel);
 

@@ -37,6 +37,15 @@ CASES = [
          attrs=dict(ignore_index=-100), domain=OURS),
     Case("LabelRows", [t([-1, -1, -1])], lambda y: torch.nonzero(y != -1).view(-1),
          attrs=dict(ignore_index=-1), domain=OURS, id="LabelRows-none-counts"),
+    # --- padding elimination (padding_elimination): the rows that count, gathered, put back, checked
+    Case("PaddingRows", [t([[1, 1, 0], [1, 0, 0]]), t([[5, 6, 7], [8, 9, 10]]), t([3, -100, -100, 4, -100, 2])],
+         lambda m, ids, y: torch.nonzero((m.reshape(-1) != 0) | (y != -100)).view(-1),
+         attrs=dict(ignore_index=-100), domain=OURS),
+    Case("PackRows", [f(2, 3, 4), t([0, 2, 3, 5])], lambda x, r: x.flatten(0, 1)[r], domain=OURS),
+    Case("PadRows", [f(4, 5), t([0, 2, 3, 5]), i64(2, 3)],
+         lambda x, r, s: torch.zeros(6, 5).index_copy(0, r, x).view(2, 3, 5), domain=OURS),
+    Case("PaddingMaskCheck", [f(2, 1, 3, 3), t([0, 1, 2, 3, 4, 5]), t([[5, 6, 7], [8, 9, 10]])],
+         lambda m, r, ids: m, domain=OURS),
     # --- our domain: gradient ops emitted by the rules above
     Case("GatherGrad", [f(4, 3), i64(5, 3), i64(1, -1, 1, 0)],
          lambda dy, s, i: torch.zeros(5, 3).index_add(0, i % 5, dy), domain=OURS),

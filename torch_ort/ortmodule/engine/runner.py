@@ -8,7 +8,7 @@ import enum
 import torch
 
 from torch_ort import _compat
-from torch_ort.ortmodule.engine import bridge, cuda_graph, memory_budget, progress
+from torch_ort.ortmodule.engine import bridge, cuda_graph, decision_variants, memory_budget, progress
 from torch_ort.ortmodule.engine.memory_budget import MemoryPlan
 from torch_ort.ortmodule.engine.save_onnx import save_onnx_stages
 from torch_ort.ortmodule.export import disk_cache, python_op_export, shape_plans
@@ -115,6 +115,7 @@ class GraphRunner:
         self._cache_key = None  # ORTMODULE_CACHE_DIR entry this runner's export is stored under
         self._shared = shared
         self._shared_key = None  # its entry in `shared`
+        self.variants = decision_variants.Variants()  # graphs for other outcomes of its decisions
         self._export(args, kwargs)
 
     def _key(self) -> str:
@@ -153,7 +154,7 @@ class GraphRunner:
                                                         strip_checkpoint=st.memory_opt_level >= 1)
             self.export = export_with_fallback(self._module, args, kwargs, st.opset, self._aten,
                                                self._on_export, functions, st.deepcopy_before_export,
-                                               self._shape_plan)
+                                               self._shape_plan, st.decisions_from_values)
             self._shape_plan = self.export.shape_plan
         self._slots = [_slot(self._module, n) for n in self.export.param_names]
         self._param_dtypes = [p.dtype for p in self.params]  # the graph's types for them

@@ -34,7 +34,9 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
     last engine runs its token-wise work on the unpadded rows only
     (ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER; two host reads per forward: the row count and
     the attention mask's check), `row_density` — the share of (batch, sequence) rows it kept in
-    the last forward (None when it did not run), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
+    the last forward (None when it did not run), `decisions` — the data-dependent decisions the
+    last graph took from values and checks on every call (export/decisions.py), `decision_flips`
+    — how often a call's values flipped one (each runs on a graph for its own outcome), `memory_plan` — the plan ORTMODULE_MEMORY_BUDGET chose for the last
     call's graph (memory_budget.MemoryPlan: recompute level, LM-head chunk, predicted peak; None
     without a budget), `export_seconds` and `build_seconds` — what the last call's graph took to
     export (0 when ORTMODULE_CACHE_DIR had it) and its engine to build, `op_counts` — the
@@ -62,6 +64,8 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
         "label_density": _density(engine),
         "padding_elimination": "padding_elimination" in st.get("passes_changed", ()),
         "row_density": _density(engine, "last_row_density"),
+        "decisions": m._last_runner.export.decisions if m._last_runner is not None else 0,
+        "decision_flips": m._last_runner.variants.flips if m._last_runner is not None else 0,
         "memory_plan": m._last_runner.memory_plan if m._last_runner is not None else None,
         "export_seconds": m._last_runner.export.seconds if m._last_runner is not None else 0.0,
         "build_seconds": m._last_runner.build_seconds if m._last_runner is not None else 0.0,

@@ -285,7 +285,8 @@ def ops_from_engine_error(result: ExportResult, error: BaseException) -> dict:
 
 
 def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_export,
-                         functions=None, deepcopy: bool = False, shape_plan: str = "dynamic") -> ExportResult:
+                         functions=None, deepcopy: bool = False, shape_plan: str = "dynamic",
+                         decisions_from_values: bool = True) -> ExportResult:
     """Exports with translate_routing, re-exporting while new ops are found for the ATen fallback
     that it could not route within the export (`functions`, `deepcopy` and `shape_plan`: see
     exporter.export_module). ops_without_kernels after the export is a safety net: the routing
@@ -298,7 +299,7 @@ def export_with_fallback(module, args, kwargs, opset, aten: AtenFallback, on_exp
         try:
             with translate_routing(aten, kernel_ops):
                 result = export_module(module, args, kwargs, opset, aten.translations(), functions,
-                                       deepcopy, shape_plan=shape_plan)
+                                       deepcopy, shape_plan=shape_plan, decisions_from_values=decisions_from_values)
             shape_plan = result.shape_plan  # an ATen-fallback round starts where this one succeeded
         except ORTModuleTorchModelException as error:
             found = ops_from_export_error(error)

@@ -2,6 +2,7 @@
 from initializers to graph inputs (bound to the live tensors at run time, zero copy)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import threading
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_ort._compat import pytree
-from torch_ort.ortmodule.export import buffers, python_op_export, translations
+from torch_ort.ortmodule.export import buffers, decisions, python_op_export, translations
 from torch_ort.ortmodule.export.autocast import autocast_inside, autocast_state
 from torch_ort.ortmodule.export.export_quiet import quiet_exporter
 from torch_ort.ortmodule.export.shape_plans import (SHAPE_PLANS, dynamic_shapes, fixed_sizes, pinned_symbols,
@@ -49,6 +50,7 @@ class ExportResult:
     attributes_read: frozenset | None = None  # the module's own attributes the trace read (None:
     #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
     shape_plan: str = "dynamic"       # SHAPE_PLANS entry the export succeeded with
+    decisions: int = 0                # data-dependent decisions taken from the call's values (decisions.py)
 
     @functools.cached_property
     def logits_output(self) -> int | None:
@@ -123,19 +125,21 @@ def export_module(module: torch.nn.Module, args: tuple, kwargs: dict, opset: int
                   extra_translations: dict | None = None,
                   functions: python_op_export.FunctionPolicy | None = None,
                   deepcopy: bool = False, own_translations: bool = True,
-                  shape_plan: str = "dynamic") -> ExportResult:
+                  shape_plan: str = "dynamic", decisions_from_values: bool = True) -> ExportResult:
     """extra_translations (ATen fallback ops) take precedence over translations.TABLE (ours, for
     the engine; `own_translations=False` leaves the stock exporter's standard ops); `functions`
     says how torch.autograd.Functions export (python_op_export.py); `deepcopy` exports a
     structural copy so that the trace never changes the module's own Python state; `shape_plan`
-    is the SHAPE_PLANS entry to start from (the one an earlier export of this call needed)."""
+    is the SHAPE_PLANS entry to start from (the one an earlier export of this call needed);
+    `decisions_from_values`: a Python `if` on a tensor's value is taken from this call's values
+    and checked on later calls (decisions.py), else such a module does not export."""
     with EXPORT_LOCK:
         return _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
-                              own_translations, shape_plan)
+                              own_translations, shape_plan, decisions_from_values)
 
 
 def _export_module(module, args, kwargs, opset, extra_translations, functions, deepcopy,
-                   own_translations, shape_plan) -> ExportResult:
+                   own_translations, shape_plan, decisions_from_values=True) -> ExportResult:
     start, original = time.perf_counter(), module
     args, kwargs = fresh_leaves(as_keywords(module, args, kwargs))
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
@@ -144,33 +148,44 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
     if deepcopy:
         module, remap = structural_copy(module)
     plans = [p for p in SHAPE_PLANS[SHAPE_PLANS.index(shape_plan):] if plan_static_dims(p, tensors) is not None]
-    for plan in plans:
+    from_values = False  # data-dependent decisions taken from this call's values (decisions.py)
+    at = 0
+    while True:
+        plan = plans[at]
         capture = python_op_export.Capture(functions or python_op_export.FunctionPolicy(), remap)
         try:
-            program, ep, mutations, reads = _export_once(module, args, kwargs, opset, table, capture,
-                                                         plan_static_dims(plan, tensors))
+            with decisions.taken_from_values() if from_values else contextlib.nullcontext():
+                program, ep, mutations, reads = _export_once(module, args, kwargs, opset, table, capture,
+                                                             plan_static_dims(plan, tensors))
             break
         except Exception as e:  # the exporter raises many kinds; all mean "cannot export this model"
             capture.discard()
             LOGGER.debug("torch.onnx.export (%s) failed: %s: %s", plan, type(e).__name__, e)
+            if decisions_from_values and not from_values and _data_dependent(e):
+                LOGGER.info("%s branches on a tensor's value (%s); exporting again with the decision "
+                            "taken from this call's values, checked on every later call",
+                            type(module).__name__, _explain_failure(module, e))
+                from_values = True
+                continue
             refused = next((x for x in exception_chain(e) if isinstance(x, python_op_export.CheckpointNotAllowedError)), None)
             if refused is not None:
                 raise python_op_export.CheckpointNotAllowedError(str(refused)) from None
             output = next(filter(None, (UNKNOWN_OUTPUT.search(str(x)) for x in exception_chain(e))), None)
             if output is not None and register_dataclass(output.group(1)):  # known from now on: again
                 return _export_module(original, args, kwargs, opset, extra_translations, functions, deepcopy,
-                                      own_translations, plan)
+                                      own_translations, plan, decisions_from_values)
             if output is not None:
                 raise ORTModuleIOError(
                     f"{type(module).__name__} returns a {output.group(1)}, which is neither a tensor, a "
                     "Python scalar, nor a container torch_ort can flatten (tuple, list, dict, or a "
                     "class registered with torch.utils._pytree or torch.export.register_dataclass)") from e
             if plan != plans[-1] and _shape_retry_helps(e):
-                following = plans[plans.index(plan) + 1]
+                following = plans[at + 1]
                 LOGGER.info("%s does not export with input dims %s (%s); exporting again with %s",
                             type(module).__name__, plan, _explain_failure(module, e), following)
+                at += 1
                 continue
-            tried = f" (also tried: input dims {', '.join(plans[:plans.index(plan)])})" if plan != plans[0] else ""
+            tried = f" (also tried: input dims {', '.join(plans[:at])})" if at else ""
             raise ORTModuleTorchModelException(_explain_failure(module, e) + tried) from e
     if plan != "dynamic":
         LOGGER.info("%s exported with input dims %s: a call with other sizes exports again",
@@ -213,7 +228,7 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
                           input_names=[v.name for v in graph.inputs[:n_user]],
                           buffer_updates=mutations.fqns, python_ops=list(capture.names),
                           attributes_read=None if None in reads else frozenset(reads),
-                          shape_plan=plan)
+                          shape_plan=plan, decisions=decisions.count(model) if from_values else 0)
     capture.attach(result)  # the registry entries live as long as the graph that names them
     return result
 
@@ -230,6 +245,11 @@ def _export_once(module, args, kwargs, opset, table, capture, static: dict):
                                     custom_translation_table=table or None,
                                     verbose=False, opset_version=opset)
         return program, program.exported_program, mutations, reads
+
+
+def _data_dependent(error: BaseException) -> bool:
+    """torch.export could not guard on a tensor's value (a Python `if` on it)."""
+    return any("DataDependent" in type(e).__name__ or "data-dependent" in str(e) for e in exception_chain(error))
 
 
 def _shape_retry_helps(error: BaseException) -> bool:

@@ -95,6 +95,11 @@ VARIABLES: tuple[Variable, ...] = (
              "each step, an error if it lets a counted position see a dropped one); fires only "
              "where no returned output reads the padding (ORTMODULE_SKIP_LOGITS=1 for a causal LM); "
              "two host reads per step; never under CUDA graphs"),
+    Variable("ORTMODULE_EXPORT_DECISIONS_FROM_VALUES", "decisions_from_values", "bool", True, parse.boolean,
+             "a module that branches on a tensor's value (a Python `if` torch.export cannot guard on) "
+             "is exported with the decision taken from the call's values and checked in the graph on "
+             "every later call; a call that flips it runs on a graph for its own outcome (exported "
+             "once per outcome). 0: such a module does not export (fallback policy; ours, not ORT's)"),
     Variable("ORTMODULE_SKIP_LOGITS", "skip_logits", "bool", False, parse.boolean,
              "in training, a model that returns its `logits` beside its `loss` (a ModelOutput or "
              "dict, as Hugging Face causal LMs do) returns logits=None instead: the full B·T·vocab "

@@ -1,0 +1,97 @@
+"""Data-dependent decisions: a Python `if` on a tensor's value (`if labels.max() >= vocab:`,
+`if idx.size(0) > 0:` after a nonzero) that torch.export cannot guard on.
+
+Such a module is exported again with the decision taken from the values of the call at hand
+(torch's real-tensor propagation evaluates the condition on them and records it as a runtime
+assertion), and each decision becomes a check in the graph: `DecisionCheck(output, cond)`
+passes the first output through once the host has read that the condition still holds. A later
+call whose values flip a decision raises `_C.DecisionChangedError` from the engine before any
+output is returned; ORTModule then exports again with that call's values (the other branch) and
+runs the call on the new graph. So a decision is never applied to values it does not hold for.
+
+Only the assertions about data-dependent (unbacked) symbols become checks; the exporter's
+assertions about input sizes are dropped as torch.onnx drops them.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+
+_UNBACKED = re.compile(r"\bu\d+\b")  # torch's names for data-dependent symbols: u0, u1, ...
+
+
+@torch.library.custom_op("torch_ort::decision_check", mutates_args=())
+def decision_check(x: torch.Tensor, cond: torch.Tensor, message: str) -> torch.Tensor:
+    """x, when cond holds (a decision the export took); the engine runs our DecisionCheck op."""
+    if not bool(cond):
+        raise RuntimeError(f"a decision the export took does not hold: {message}")
+    return x.clone()
+
+
+@decision_check.register_fake
+def _(x, cond, message):
+    return torch.empty_like(x)
+
+
+def _checks_instead_of_assertions(original):
+    """torch.onnx's remove_assertion_nodes, except that each assertion about a data-dependent
+    symbol becomes a DecisionCheck on the graph's first tensor output."""
+    aten = torch.ops.aten
+
+    def run(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        graph = graph_module.graph
+        output = next(n for n in graph.nodes if n.op == "output")
+        flat = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        at = next((i for i, n in enumerate(flat) if isinstance(n, torch.fx.Node) and
+                   isinstance(n.meta.get("val"), torch.Tensor)), None)
+        seen = set()
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target is not aten._assert_scalar.default:
+                continue
+            message = (str(node.args[1]) if len(node.args) > 1 else "").split(" on node ")[0]
+            if at is None or not _UNBACKED.search(message) or message in seen:
+                continue
+            seen.add(message)
+            target = flat[at]
+            fake = target.meta["val"]
+            with graph.inserting_before(output):
+                cond = graph.call_function(aten.scalar_tensor.default, (node.args[0],), {"dtype": torch.bool})
+                checked = graph.call_function(torch.ops.torch_ort.decision_check.default,
+                                              (target, cond, message.removeprefix("Runtime assertion failed for ")))
+            with fake.fake_mode:
+                cond.meta["val"] = torch.empty((), dtype=torch.bool)
+                checked.meta["val"] = torch.empty_like(fake)
+            flat[at] = checked
+            # The exporter names the graph's outputs after the nodes the export's signature names:
+            # the check takes the output's name, the value it checks another.
+            name = target.name
+            target.name = graph._graph_namespace.create_name(f"{name}_unchecked", None)
+            checked.name = name
+        if at is not None:
+            output.args = (type(output.args[0])(flat) if isinstance(output.args[0], (list, tuple)) else flat[0],)
+        graph_module.recompile()
+        return original(graph_module)
+
+    return run
+
+
+@contextlib.contextmanager
+def taken_from_values():
+    """Export with data-dependent decisions taken from the call's values, each checked at run time."""
+    import torch._functorch.config as functorch_config
+    from torch.onnx._internal.exporter import _fx_passes
+
+    original = _fx_passes.remove_assertion_nodes
+    _fx_passes.remove_assertion_nodes = _checks_instead_of_assertions(original)
+    try:
+        with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
+            yield
+    finally:
+        _fx_passes.remove_assertion_nodes = original
+
+
+def count(onnx_model) -> int:
+    """How many DecisionChecks an exported graph holds."""
+    return sum(1 for n in onnx_model.graph if n.op_type == "DecisionCheck")
