@@ -11,8 +11,9 @@ then the median of --steps full steps (forward, backward, AdamW) after --warmup;
 variants train the same model from the same seed on the same batches). For ORTModule also where
 each submodule runs and the share of the step's FLOPs (torch.utils.flop_counter, forward and
 backward, counted in eager) spent in the submodules that run in the engine.
-ORTModule runs with ORTMODULE_EXPORT_DECISIONS_FROM_VALUES=0: by default the branch's decision is
-taken from the values and checked on every call, and the model exports whole.
+"ortmodule" runs with ORTMODULE_EXPORT_DECISIONS_FROM_VALUES=0 (partial acceleration);
+"ortmodule_whole" is the default, where the branch's decision is taken from the values and checked
+on every call, and the model exports whole (one export per outcome the training meets).
 Writes benchmarks/results/partial.{json,md}.
 
     .venv/bin/python benchmarks/partial.py [--where loop,top,bottom] [--steps 10] [--warmup 3]
@@ -40,7 +41,7 @@ from torch_ort import ORTModule, ORTModuleFallbackWarning  # noqa: E402
 
 GPT = dict(vocab=65, width=384, heads=6, layers=6, positions=256)
 BATCH, CONTEXT = 8, 256
-VARIANTS = ("eager", "compile", "ortmodule")
+VARIANTS = ("eager", "compile", "ortmodule", "ortmodule_whole")
 
 
 def batches(n: int):
@@ -76,6 +77,8 @@ def run(variant: str, where: str, steps: int, warmup: int) -> dict:
         # (ORTMODULE_EXPORT_DECISIONS_FROM_VALUES, on by default) would export the model whole.
         os.environ["ORTMODULE_EXPORT_DECISIONS_FROM_VALUES"] = "0"
         model = ORTModule(model)
+    elif variant == "ortmodule_whole":  # the default: the decision taken from values, checked each call
+        model = ORTModule(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     data = batches(1 + warmup + steps)
     times, loss = [], None
@@ -92,6 +95,12 @@ def run(variant: str, where: str, steps: int, warmup: int) -> dict:
         status = model.fallback
         row["submodules"] = [[s.name, s.runs] for s in status.submodules]
         row["engine_flop_share"], row["step_flops"] = flop_share(base, status.engine_submodules)
+    elif variant == "ortmodule_whole":
+        if model.fallback is not None:
+            raise SystemExit(f"ortmodule_whole fell back: {model.fallback}")
+        st = model.stats()
+        row.update(engine_flop_share=1.0, exports=st["exports"], decisions=st["decisions"],
+                   decision_flips=st["decision_flips"])
     return row
 
 
@@ -137,8 +146,11 @@ def main() -> None:
     report.out("")
     for where, rows in result["cases"].items():
         split = rows["ortmodule"]["submodules"]
-        report.out(f"- {where}: in the engine: {', '.join(n for n, r in split if r == 'engine')}; "
-                   f"eager: {', '.join(n for n, r in split if r != 'engine') or 'nothing else'}")
+        whole = rows["ortmodule_whole"]
+        report.out(f"- {where}: ortmodule: in the engine: {', '.join(n for n, r in split if r == 'engine')}; "
+                   f"eager: {', '.join(n for n, r in split if r != 'engine') or 'nothing else'}. ortmodule_whole: "
+                   f"{whole['decisions']} decision check(s), {whole['exports']} export(s), "
+                   f"{whole['decision_flips']} flip(s)")
     report.save(result)
 
 
