@@ -11,10 +11,10 @@ namespace torch_ort {
 namespace {
 
 using testing::add_node;
-
-Shape dims(std::vector<Dim> d) { return Shape::of(std::move(d)); }
-Dim k(int64_t v) { return Dim::known(v); }
-Dim s(const char* name) { return Dim::symbolic(name); }
+using testing::count_ops;
+using testing::dims;
+constexpr auto k = testing::known;
+constexpr auto s = testing::sym;
 
 ValueId ints(Graph& g, const std::string& name, std::vector<int64_t> v) {
   const ValueId c = g.add_value(name, DType::kInt64, dims({k(static_cast<int64_t>(v.size()))}));
@@ -82,12 +82,6 @@ Layer layer(bool h_is_output = false, bool mixes_sequence = false) {
 
 const Node& producer_of(const Graph& g, ValueId v) { return g.nodes[GraphIndex(g).producer[v]]; }
 
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes) n += node.op_type == op;
-  return n;
-}
-
 TEST(PaddingElimination, TokenWiseOpsRunOnTheKeptRows) {
   Layer l = layer();
   auto pass = make_padding_elimination_pass();
@@ -126,8 +120,8 @@ TEST(PaddingElimination, TokenWiseOpsRunOnTheKeptRows) {
     throw std::runtime_error("no Attention");
   }();
   EXPECT_EQ(producer_of(g, attention.inputs[3]).op_type, "PaddingMaskCheck");
-  EXPECT_EQ(count(g, "PadRows"), 2);  // q for attention, h for the loss's gather
-  EXPECT_EQ(count(g, "PackRows"), 2);  // the ids, attention's output
+  EXPECT_EQ(count_ops(g, "PadRows"), 2);  // q for attention, h for the loss's gather
+  EXPECT_EQ(count_ops(g, "PackRows"), 2);  // the ids, attention's output
 
   // The moves are each other's gradients: the table's and the weight's gradients build.
   TrainingGraph tg = build_training_graph(g, {false, false, false, true, true});
