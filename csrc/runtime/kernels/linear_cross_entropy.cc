@@ -26,6 +26,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/full_like.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/logical_and.h>
 #include <ATen/ops/logical_or.h>
 #include <ATen/ops/logsumexp.h>
@@ -133,17 +134,19 @@ at::Tensor counted(const KernelCtx& c, const Args& a, int64_t v) {
   return valid;
 }
 
-// The chunk's logits, a buffer of our own (the gradient is written over it).
-at::Tensor chunk_logits(const Args& a, int64_t r0, int64_t rows) {
+// The chunk's logits, written into `buf` (rows × V, ours: the gradient is written over it). One
+// buffer serves every chunk: a fresh vocabulary-wide allocation per chunk costs its page faults.
+at::Tensor chunk_logits(const Args& a, int64_t r0, int64_t rows, at::Tensor& buf) {
+  at::Tensor out = buf.narrow(0, 0, rows);
   if (a.full.defined()) {
-    if (a.rows.defined()) return a.full.index_select(0, a.rows.narrow(0, r0, rows));
-    return a.full.narrow(0, r0, rows).clone(at::MemoryFormat::Contiguous);
+    if (a.rows.defined()) return at::index_select_out(out, a.full, 0, a.rows.narrow(0, r0, rows));
+    return out.copy_(a.full.narrow(0, r0, rows));
   }
   const at::Tensor xc = a.x.narrow(0, r0, rows);
-  if (a.bias.defined()) return at::addmm(a.bias, xc, a.wt, 1.0, a.alpha);
-  at::Tensor y = at::mm(xc, a.wt);
-  if (a.alpha != 1.0) y.mul_(a.alpha);
-  return y;
+  if (a.bias.defined()) return at::addmm_out(out, a.bias, xc, a.wt, 1.0, a.alpha);
+  at::mm_out(out, xc, a.wt);
+  if (a.alpha != 1.0) out.mul_(a.alpha);
+  return out;
 }
 
 // The rows' losses (float, 0 where ignored) and, with `grad`, the gradient over `logits`, as
@@ -191,9 +194,14 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
   at::Tensor db = want_db ? at::zeros({v}, f32) : at::Tensor();
   at::Tensor loss_sum = at::zeros({}, cpu ? f32.dtype(at::kDouble) : f32);
   std::vector<double> row_loss;
-  for (int64_t r0 = 0; r0 < n; r0 += a.chunk_rows) {
-    const int64_t rows = std::min(a.chunk_rows, n - r0);
-    at::Tensor logits = chunk_logits(a, r0, rows);
+  // Chunks of equal size (the last is not a sliver), in one buffer.
+  const int64_t chunks = (n + a.chunk_rows - 1) / a.chunk_rows;
+  const int64_t chunk_rows = chunks > 0 ? (n + chunks - 1) / chunks : 0;
+  const at::Tensor& like = a.full.defined() ? a.full : a.x;
+  at::Tensor buf = at::empty({chunk_rows, v}, like.options());
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, n - r0);
+    at::Tensor logits = chunk_logits(a, r0, rows, buf);
     // Soft-capping: the capped logits z = c·tanh(l / c), op by op in the logits' dtype as eager
     // rounds them (a returned Full holds z already), and tanh in float for the gradient.
     at::Tensor tanh;
