@@ -124,3 +124,47 @@ def test_deberta_v2_sequence_classification_trains_in_the_engine():
             opt.step()
     assert ours.stats()["fallback"] is None
     assert ours.stats()["op_counts"].get("com.torch_ort::DecisionCheck", 0) >= 1
+
+
+def _wav2vec2_ctc():
+    import transformers
+    cfg = transformers.Wav2Vec2Config(
+        vocab_size=12, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        conv_dim=(16, 16), conv_stride=(4, 2), conv_kernel=(8, 4), num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2, mask_time_prob=0.0, layerdrop=0.0, hidden_dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0,
+        ctc_loss_reduction="mean", pad_token_id=0)
+    return transformers.Wav2Vec2ForCTC(cfg)
+
+
+def test_wav2vec2_ctc_trains_in_the_engine():
+    """Wav2Vec2-CTC: `if labels.max() >= vocab_size` (a decision from values), the targets picked by
+    masked_select (a data-dependent size) and CTC loss (output sized by the target lengths' values,
+    run as torch_ort::ctc_loss). Audio and label lengths vary per call, label lengths per row;
+    exported once."""
+    torch.manual_seed(0)
+    eager = _wav2vec2_ctc()
+    ours = ORTModule(copy.deepcopy(eager))
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, ours)]
+    gen = torch.Generator().manual_seed(3)
+    for step, (samples, lengths) in enumerate([(400, (5, 3)), (480, (4, 6)), (360, (2, 5))]):
+        labels = torch.full((2, 6), -100, dtype=torch.long)
+        for row, n in enumerate(lengths):
+            labels[row, :n] = torch.randint(1, 12, (n,), generator=gen)
+        batch = dict(input_values=torch.randn(2, samples, generator=gen), labels=labels)
+        losses = []
+        for model, opt in zip((eager, ours), opts):
+            opt.zero_grad()
+            loss = model(**batch).loss
+            loss.backward()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step}: {m}")
+        for (name, p), q in zip(eager.named_parameters(), ours.parameters()):
+            assert (q.grad is None) == (p.grad is None), name
+            if p.grad is not None:
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        for opt in opts:
+            opt.step()
+    st = ours.stats()
+    assert st["fallback"] is None and st["exports"] == 1
+    assert "torch_ort::ctc_loss.default" in st["aten_fallback_ops"]

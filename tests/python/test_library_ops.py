@@ -8,10 +8,13 @@ import copy
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers
 
 from torch_ort import ORTModule, _C
 from torch_ort.ortmodule import ORTModuleTorchModelException
+
+torch_ctc_loss = F.ctc_loss
 
 
 @torch.library.custom_op("torch_ort_test::scaled_tanh", mutates_args=())
@@ -138,3 +141,36 @@ def test_moe_with_grouped_mm_trains_in_the_engine(strict, make):
     ours = _train_with_parity(make, batches, loss_of=lambda out: out.loss)
     assert ours.export_count == 1
     assert _aten_ops(ours) == {"transformers::grouped_mm_fallback.default"}
+
+
+class WithCTC(torch.nn.Module):
+    """A CTC head over frames: F.ctc_loss, whose ATen kernel sizes an output by the target lengths'
+    values, runs as torch_ort::ctc_loss."""
+
+    def __init__(self, reduction, zero_infinity=False):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 5)
+        self.reduction, self.zero_infinity = reduction, zero_infinity
+
+    def forward(self, x, targets, input_lengths, target_lengths):
+        log_probs = self.fc(x).log_softmax(-1).transpose(0, 1)  # (T, B, C)
+        loss = F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction=self.reduction,
+                          zero_infinity=self.zero_infinity)
+        return loss if loss.dim() == 0 else loss.square().mean()
+
+
+@pytest.mark.parametrize("reduction,zero_infinity", [("sum", False), ("none", True), ("mean", True)])
+def test_ctc_loss_runs_in_the_graph(strict, reduction, zero_infinity):
+    """Padded (B, S) targets; the last call's second target cannot fit its frames (loss inf: zeroed
+    with zero_infinity), and frame counts vary per call: one export."""
+    g = torch.Generator().manual_seed(2)
+    batches = []
+    for t, lengths, frames in ((9, (3, 2), (9, 7)), (12, (4, 4), (12, 10)), (7, (2, 5), (7, 3))):
+        if not zero_infinity and min(f - n for f, n in zip(frames, lengths)) < 0:
+            frames = (t, t)
+        batches.append((torch.randn(2, t, 6, generator=g), torch.randint(1, 5, (2, 5), generator=g),
+                        torch.tensor(frames), torch.tensor(lengths)))
+    ours = _train_with_parity(lambda: WithCTC(reduction, zero_infinity), batches)
+    assert ours.export_count == 1
+    assert _aten_ops(ours) == {"torch_ort::ctc_loss.default"}
+    assert F.ctc_loss is torch_ctc_loss  # the stock function again after the export

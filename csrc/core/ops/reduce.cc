@@ -114,25 +114,41 @@ void softmax_grad_shape(ShapeCtx& c) { c.set(0, broadcast(c, c.in(0), c.in(1)));
 
 // Reductions: dX = dY broadcast back over the reduced axes (÷ count for the mean).
 // Axes come from the 'axes' input (opset 18; ReduceSum since 13) or the older attribute.
-void reduce_grad(GradCtx& g, const char* grad_op) {
+// kNoValue when the op was an identity (no axes, noop_with_empty_axes).
+ValueId spread_over_axes(GradCtx& g, ValueId dy, const char* grad_op) {
   const bool noop = g.attrs().get_int("noop_with_empty_axes", 0) != 0;
   Attributes a;
   a.set("keepdims", g.attrs().get_int("keepdims", 1));
-  std::vector<ValueId> ins{g.grad_out(0), g.shape_of(g.in(0))};
+  std::vector<ValueId> ins{dy, g.shape_of(g.in(0))};
   if (g.has_in(1) && !g.is_const(1)) {  // axes known only at run time: the kernel reads them
     a.set("noop_with_empty_axes", int64_t{noop});
     ins.push_back(g.in(1));
   } else {
     std::vector<int64_t> axes = g.has_in(1) ? g.const_ints(1) : g.attrs().get_ints("axes", {});
-    if (axes.empty() && noop) return g.set_grad(0, g.grad_out(0));  // the op was an identity
+    if (axes.empty() && noop) return kNoValue;
     a.set("axes", axes);
   }
-  g.set_grad(0, g.ours(grad_op, std::move(ins), std::move(a), DType::kUndefined, g.info(g.in(0)).shape));
+  return g.ours(grad_op, std::move(ins), std::move(a), DType::kUndefined, g.info(g.in(0)).shape);
+}
+
+void reduce_grad(GradCtx& g, const char* grad_op) {
+  const ValueId dx = spread_over_axes(g, g.grad_out(0), grad_op);
+  g.set_grad(0, dx == kNoValue ? g.grad_out(0) : dx);
 }
 
 void reduce_sum_grad(GradCtx& g) { reduce_grad(g, "ReduceSumGrad"); }
 
 void reduce_mean_grad(GradCtx& g) { reduce_grad(g, "ReduceMeanGrad"); }
+
+// ReduceL2 (torch's vector norm, p = 2): dX = X · dY / Y, 0 where Y is 0 (torch's subgradient).
+void reduce_l2_grad(GradCtx& g) {
+  const ValueId y = g.out(0);
+  const ValueId zero = g.const_scalar(0.0, g.info(y).dtype);
+  const ValueId q = g.op("Where", {g.op("Equal", {y, zero}), zero, g.div(g.grad_out(0), y)});
+  const ValueId spread = spread_over_axes(g, q, "ReduceSumGrad");
+  if (spread == kNoValue) return g.set_grad(0, g.grad_out(0));  // the op was an identity
+  g.set_grad(0, g.mul(g.in(0), spread));
+}
 
 // dX = the running sum of dY in the other direction: X_j enters every Y_i with i >= j (i > j when
 // exclusive), so dX_j sums dY over those i: CumSum(dY) with `reverse` flipped, `exclusive` kept.
@@ -206,6 +222,7 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "LogSoftmaxGrad", softmax_grad_shape);  // (d
 
 REGISTER_GRADIENT("ReduceSum", reduce_sum_grad, {1});
 REGISTER_GRADIENT("ReduceMean", reduce_mean_grad, {1});
+REGISTER_GRADIENT("ReduceL2", reduce_l2_grad, {1});
 REGISTER_GRADIENT("CumSum", cumsum_grad, {1});  // axis
 REGISTER_GRADIENT("Softmax", softmax_grad, {});
 REGISTER_GRADIENT("LogSoftmax", log_softmax_grad, {});

@@ -65,6 +65,10 @@ CASES += [
          id="ReduceProd-int64"),
     Case("ReduceL1", [_r, i64(-1)], lambda x, a: x.abs().sum(-1, keepdim=True)),
     Case("ReduceL2", [_r, i64(1)], lambda x, a: x.square().sum(1).sqrt(), attrs=dict(keepdims=0)),
+    # a row of zeros: norm 0, whose gradient torch takes as 0
+    Case("ReduceL2", [torch.cat([_r[:, :1] * 0, _r[:, 1:]], 1), i64(0, -1)],
+         lambda x, a: torch.linalg.vector_norm(x, dim=(0, 2), keepdim=True), id="ReduceL2-zero-norm-keepdims"),
+    Case("ReduceL2", [_r, None], lambda x: x, attrs=dict(noop_with_empty_axes=1), id="ReduceL2-noop"),
     Case("ReduceLogSum", [pos(2, 3), i64(1)], lambda x, a: x.sum(1, keepdim=True).log()),
     Case("ReduceLogSumExp", [_r * 10, i64(-1)], lambda x, a: torch.logsumexp(x, -1, keepdim=True)),
     Case("ReduceSumSquare", [_r, i64(0)], lambda x, a: x.square().sum(0, keepdim=True)),

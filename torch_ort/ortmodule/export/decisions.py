@@ -86,10 +86,28 @@ def taken_from_values():
     original = _fx_passes.remove_assertion_nodes
     _fx_passes.remove_assertion_nodes = _checks_instead_of_assertions(original)
     try:
-        with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
+        with functorch_config.patch(fake_tensor_propagate_real_tensors=True), _signbit_is_bool():
             yield
     finally:
         _fx_passes.remove_assertion_nodes = original
+
+
+@contextlib.contextmanager
+def _signbit_is_bool():
+    """prims.signbit's meta kernel gives an integer input's dtype where the real kernel gives bool;
+    with real values propagated, torch checks the two against each other and the export fails
+    ("MetadataMismatchError: Dtypes torch.bool and torch.int64") wherever an integer floor
+    division is traced (Wav2Vec2's output lengths). Within the block its meta result is bool."""
+    op = torch.ops.prims.signbit.default
+    meta = getattr(op, "prim_meta_impl", None)
+    if meta is None:
+        yield
+        return
+    op.prim_meta_impl = lambda a: torch.empty_like(a, dtype=torch.bool)
+    try:
+        yield
+    finally:
+        op.prim_meta_impl = meta
 
 
 def count(onnx_model) -> int:

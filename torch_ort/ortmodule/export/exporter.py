@@ -14,6 +14,7 @@ import torch
 from torch_ort._compat import pytree
 from torch_ort.ortmodule.export import buffers, decisions, python_op_export, translations
 from torch_ort.ortmodule.export.autocast import autocast_inside, autocast_state
+from torch_ort.ortmodule.export.ctc_loss import ctc_loss_as_library_op
 from torch_ort.ortmodule.export.export_quiet import quiet_exporter
 from torch_ort.ortmodule.export.shape_plans import (SHAPE_PLANS, dynamic_shapes, fixed_sizes, pinned_symbols,
                                                     plan_static_dims)
@@ -237,7 +238,7 @@ def _export_once(module, args, kwargs, opset, table, capture, static: dict):
     """One torch.onnx.export of the call: (program, exported program, buffer mutations, reads)."""
     with quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
             python_op_export.opaque_functions(capture, type(module).__name__), \
-            attribute_reads(module) as reads, attention_with_mask_grad_as_math(), \
+            attribute_reads(module) as reads, attention_with_mask_grad_as_math(), ctc_loss_as_library_op(), \
             extra_keywords_named(module, args, kwargs), \
             autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
         program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
