@@ -174,3 +174,30 @@ def test_ctc_loss_runs_in_the_graph(strict, reduction, zero_infinity):
     assert ours.export_count == 1
     assert _aten_ops(ours) == {"torch_ort::ctc_loss.default"}
     assert F.ctc_loss is torch_ctc_loss  # the stock function again after the export
+
+
+def _eager_experts(make):
+    def build():
+        model = make()
+        model.config._experts_implementation = "eager"
+        return model
+    return build
+
+
+@pytest.mark.parametrize("make", [_mixtral, _qwen2_moe], ids=["mixtral", "qwen2_moe"])
+def test_moe_with_the_eager_experts_loop_trains_in_the_engine(strict, make):
+    """transformers' eager experts: a Python loop over `nonzero()` experts, each picking its tokens
+    with `torch.where` (data-dependent counts) and adding its output back with index_add_. The
+    loop is exported with the number of experts hit taken from the call's values and checked on
+    every call (a data-dependent decision); routing, gathers and scatters run on our kernels."""
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for t in (8, 11, 6):
+        ids = torch.randint(0, 128, (2, t), generator=g)
+        batches.append(dict(input_ids=ids, labels=ids))
+    ours = _train_with_parity(_eager_experts(make), batches, loss_of=lambda out: out.loss)
+    assert ours.module.config._experts_implementation == "eager"
+    st = ours.stats()
+    assert st["fallback"] is None and st["decisions"] >= 1
+    assert st["exports"] == 1 + st["decision_flips"]  # one export per outcome of the decisions
+    assert not any("grouped_mm" in op for op in st["aten_fallback_ops"])

@@ -3,6 +3,7 @@
 // One home per op: its traits line (index_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include "csrc/core/autodiff/gradient_registry.h"
+#include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
 #include "csrc/core/ops/families.h"
 #include "csrc/core/shapes/shape_rules.h"
@@ -140,6 +141,23 @@ void gather_elements_grad(GradCtx& g) { scatter_back(g, "GatherElementsGrad"); }
 // dX = zeros(shape(X)).index_put(indices, dY, accumulate=True)
 void gather_nd_grad(GradCtx& g) { scatter_back(g, "GatherNDGrad"); }
 
+// ScatterND(data, indices, updates): dUpdates = GatherND(dY, indices); dData = dY, zeroed where
+// the scatter overwrote data (reduction none; dY itself for add), as torch's index_put gradient.
+void scatter_nd_grad(GradCtx& g) {
+  const std::string reduction = g.attrs().get_string("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    throw GradientError(g.node().describe() + ": no gradient for ScatterND with reduction '" + reduction + "'");
+  const ValueId dy = g.grad_out(0);
+  if (g.needs(2)) g.set_grad(2, g.op("GatherND", {dy, g.in(1)}, {}, DType::kUndefined, g.info(g.in(2)).shape));
+  if (!g.needs(0)) return;
+  if (reduction == "add") return g.set_grad(0, dy);
+  const DType dtype = g.info(g.in(0)).dtype;
+  Attributes zero;
+  zero.set("value", TensorData::scalar_float(dtype, 0.0));
+  const ValueId zeros = g.op("ConstantOfShape", {g.shape_of(g.in(2))}, std::move(zero), dtype, g.info(g.in(2)).shape);
+  g.set_grad(0, g.op("ScatterND", {dy, g.in(1), zeros}, {}, DType::kUndefined, g.info(g.in(0)).shape));
+}
+
 // Padding elimination's moves are each other's gradients: dX of PackRows is dY padded back,
 // dX of PadRows is dY's counted rows; the checked mask passes its gradient through.
 void pack_rows_grad(GradCtx& g) {
@@ -173,6 +191,7 @@ REGISTER_SHAPE_RULE_IN(kOurDomain, "GatherNDGrad", declared_by_gradient_builder)
 REGISTER_GRADIENT("Gather", gather_grad, {1});
 REGISTER_GRADIENT("GatherElements", gather_elements_grad, {1});
 REGISTER_GRADIENT("GatherND", gather_nd_grad, {1});
+REGISTER_GRADIENT("ScatterND", scatter_nd_grad, {1});
 REGISTER_GRADIENT_IN(kOurDomain, "PackRows", pack_rows_grad, {1});
 REGISTER_GRADIENT_IN(kOurDomain, "PadRows", pad_rows_grad, {1, 2});
 REGISTER_GRADIENT_IN(kOurDomain, "PaddingMaskCheck", padding_mask_check_grad, {1, 2});

@@ -85,11 +85,24 @@ def taken_from_values():
 
     original = _fx_passes.remove_assertion_nodes
     _fx_passes.remove_assertion_nodes = _checks_instead_of_assertions(original)
+    program = torch.export.ExportedProgram
+    decompose = program.run_decompositions
+
+    def run_decompositions(self, *args, **kwargs):
+        # The captured graph holds every decision already; the decompositions' retrace has no
+        # Python branch left to take, and cross-checking it against real values fails where the
+        # capture renamed a data-dependent size ("mismatch between fake value u35 and real value").
+        with functorch_config.patch(fake_tensor_propagate_real_tensors=False):
+            return decompose(self, *args, **kwargs)
+
+    program.run_decompositions = run_decompositions
     try:
-        with functorch_config.patch(fake_tensor_propagate_real_tensors=True), _signbit_is_bool():
+        with functorch_config.patch(fake_tensor_propagate_real_tensors=True), _signbit_is_bool(), \
+                _unbacked_offsets_unchecked():
             yield
     finally:
         _fx_passes.remove_assertion_nodes = original
+        program.run_decompositions = decompose
 
 
 @contextlib.contextmanager
@@ -108,6 +121,36 @@ def _signbit_is_bool():
         yield
     finally:
         op.prim_meta_impl = meta
+
+
+@contextlib.contextmanager
+def _unbacked_offsets_unchecked():
+    """Real-tensor propagation compares each op's real output with its fake one, the storage offset
+    included, before the real values of the op's new data-dependent symbols are known: a view at
+    a data-dependent index (`for i in idx.nonzero(): w[i]`, the eager experts loop of transformers'
+    mixture-of-experts layers) has an offset such as u3, and the comparison itself becomes a guard
+    torch.export cannot take ("Could not guard on data-dependent expression Ne(u3, 0)"). Within the
+    block such an offset is not compared; everything else is, as torch does."""
+    from torch._subclasses import fake_utils
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    compare = fake_utils._check_fake_real_tensors
+
+    def check(real_out, fake_out, context="", sizes=True, strides=False, storage_offset=True,
+              requires_grad=True):
+        offset = fake_out.storage_offset()
+        if not (isinstance(offset, torch.SymInt) and free_unbacked_symbols(offset)):
+            return compare(real_out, fake_out, context, sizes, strides, storage_offset, requires_grad)
+        if requires_grad and real_out.requires_grad != fake_out.requires_grad:
+            raise fake_utils.MetadataMismatchError(f"{context} mismatched requires_grad-ness of outputs")
+        torch._prims.utils.compare_tensor_meta(real_out, fake_out, check_sizes=sizes, check_strides=strides,
+                                               allow_rhs_unbacked=True)
+
+    fake_utils._check_fake_real_tensors = check
+    try:
+        yield
+    finally:
+        fake_utils._check_fake_real_tensors = compare
 
 
 def count(onnx_model) -> int:
