@@ -92,8 +92,18 @@ def taken_from_values():
         # The captured graph holds every decision already; the decompositions' retrace has no
         # Python branch left to take, and cross-checking it against real values fails where the
         # capture renamed a data-dependent size ("mismatch between fake value u35 and real value").
-        with functorch_config.patch(fake_tensor_propagate_real_tensors=False):
-            return decompose(self, *args, **kwargs)
+        # The retrace reuses the capture's fake mode, which propagates real values: not here.
+        mode = torch._guards.detect_fake_mode(
+            [n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"])
+        propagating = getattr(mode, "propagate_real_tensors", False)
+        if propagating:
+            mode.propagate_real_tensors = False
+        try:
+            with functorch_config.patch(fake_tensor_propagate_real_tensors=False):
+                return decompose(self, *args, **kwargs)
+        finally:
+            if propagating:
+                mode.propagate_real_tensors = True
 
     program.run_decompositions = run_decompositions
     try:
