@@ -214,7 +214,7 @@ class ORTModule(ModuleProxy, Copyable):
         with partial.engine_running():  # a split counting its first call's FLOPs
             return self._run_engine(args, kwargs)
 
-    def _run_engine(self, args, kwargs, tried: frozenset = frozenset()):
+    def _run_engine(self, args, kwargs, tried: frozenset = frozenset(), fresh: bool = False):
         runner, engine, tensors, params, training = self._prepare(args, kwargs)
         self._last_engine, self._last_runner = engine, runner
         report = self._memory.hook(engine, runner, tensors, training)
@@ -228,11 +228,12 @@ class ORTModule(ModuleProxy, Copyable):
                 with torch.no_grad(), python_op.errors_as_raised():
                     outputs, _ = engine.forward([*tensors, *params])
         except Exception as e:  # a decision the export took from values does not hold: other graph
-            if not decision_variants.changed(e) and not (not tried and decision_variants.may_have_changed(runner, e)):
+            # (a kernel error in a graph exported for this very call is the model's own)
+            if not decision_variants.changed(e) and not (not fresh and decision_variants.may_have_changed(runner, e)):
                 raise
             tried = tried | {id(runner.export)}
-            runner.variants.switch(runner, e, args, kwargs, tried)
-            return self._run_engine(args, kwargs, tried)
+            fresh = runner.variants.switch(runner, e, args, kwargs, tried)
+            return self._run_engine(args, kwargs, tried, fresh)
         if report:
             report("post-forward")
         outputs = runner.restore_dropped(list(outputs), training)  # ORTMODULE_SKIP_LOGITS

@@ -5,8 +5,8 @@ whose values flip it raises `_C.DecisionChangedError` before any output is retur
 then switches to a graph it exported earlier for another outcome, if one has not been tried for
 this call, or exports again with this call's values, keeping the graph it had. The checks run
 after the graph's other nodes, so a flipped decision may fail a kernel of the wrong branch first:
-a kernel error in such a graph is retried once the same way (a re-export that takes the branch
-that raises, as eager would, fails with the module's own error). A module whose
+a kernel error in such a graph is retried the same way, until a graph exported for the call
+itself fails (then the error is the module's own, as eager would raise it). A module whose
 decisions keep changing (more than MAX_FLIPS times) raises ORTModuleONNXModelException, which the
 fallback policy handles like any graph the engine cannot run.
 """
@@ -40,9 +40,9 @@ class Variants:
         self.saved: list[dict] = []
         self.flips = 0
 
-    def switch(self, runner, error: BaseException, args: tuple, kwargs: dict, tried: set) -> None:
+    def switch(self, runner, error: BaseException, args: tuple, kwargs: dict, tried: set) -> bool:
         """Make `runner` hold a graph for this call's outcome: a saved one not in `tried` (ids
-        of the exports this call already ran), else a new export of this call."""
+        of the exports this call already ran), else a new export of this call (then True)."""
         self.flips += 1
         name = type(runner._module).__name__
         if self.flips > MAX_FLIPS:
@@ -56,7 +56,8 @@ class Variants:
                 self.saved[i] = current
                 for k, v in state.items():
                     setattr(runner, k, v)
-                return
+                return False
         LOGGER.info("%s: %s; exporting again with this call's values", name, error)
         self.saved = [current, *self.saved][:MAX_VARIANTS]
         runner._export(args, kwargs)
+        return True

@@ -89,21 +89,23 @@ def taken_from_values():
     decompose = program.run_decompositions
 
     def run_decompositions(self, *args, **kwargs):
-        # The captured graph holds every decision already; the decompositions' retrace has no
-        # Python branch left to take, and cross-checking it against real values fails where the
-        # capture renamed a data-dependent size ("mismatch between fake value u35 and real value").
-        # The retrace reuses the capture's fake mode, which propagates real values: not here.
-        mode = torch._guards.detect_fake_mode(
-            [n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"])
-        propagating = getattr(mode, "propagate_real_tensors", False)
-        if propagating:
-            mode.propagate_real_tensors = False
-        try:
-            with functorch_config.patch(fake_tensor_propagate_real_tensors=False):
-                return decompose(self, *args, **kwargs)
-        finally:
-            if propagating:
-                mode.propagate_real_tensors = True
+        # The captured graph holds every decision already: what follows the capture (the
+        # decompositions' retrace, the exporter's passes that re-run the graph) has no Python
+        # branch left to take, and cross-checking it against real values fails where the capture
+        # renamed a data-dependent size ("mismatch between fake value u53 and real value 32") or
+        # asserts on stale ones. Those steps reuse the capture's fake mode: it stops propagating
+        # real values for the rest of this export (the mode is this export's own).
+        def stop_propagating(ep):
+            mode = torch._guards.detect_fake_mode(
+                [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+            if getattr(mode, "propagate_real_tensors", False):
+                mode.propagate_real_tensors = False
+
+        stop_propagating(self)
+        with functorch_config.patch(fake_tensor_propagate_real_tensors=False):
+            result = decompose(self, *args, **kwargs)
+        stop_propagating(result)
+        return result
 
     program.run_decompositions = run_decompositions
     try:
