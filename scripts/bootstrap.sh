@@ -32,6 +32,14 @@ fi
 stamp=.venv/.requirements.sha
 want=$(cat requirements.txt requirements-no-isolation.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # torch's CUDA wheel and its libraries fill about 6.5 GiB once installed, and pip needs room to
+  # unpack them besides: refuse early, naming the shortfall, rather than fail midway in pip.
+  free_kib=$(df -Pk . | awk 'NR==2 {print $4}')
+  if [ "$free_kib" -lt $((9 * 1024 * 1024)) ]; then
+    echo "[bootstrap] error: $((free_kib / 1024)) MiB free on $(df -P . | awk 'NR==2 {print $6}');" \
+         "the virtual environment needs about 9 GiB while installing" >&2
+    exit 1
+  fi
   echo "[bootstrap] pip install -r requirements.txt (torch is a large download the first time)"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
