@@ -97,6 +97,39 @@ def test_a_value_the_guard_refuses_raises_as_eager_does():
         model(x, torch.tensor([0, 1, 2, 3, 4, 9]))
 
 
+class AccumulateThenBranch(torch.nn.Module):
+    """The eager experts loop's pattern: rows accumulated in place with index_add_, then a decision
+    on what was accumulated (torch computes index_add_ through a decomposition while exporting)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, index):
+        total = torch.zeros(6, 4)
+        total.index_add_(0, index, self.fc(x))
+        if total.sum() > 10.0:
+            return total.square().mean()
+        return total.sigmoid().mean()
+
+
+def test_a_decision_after_an_in_place_accumulation_is_taken_from_eager_values():
+    """The accumulated sum is about 7 (a bias of 0.25 over 7 rows of 4): eager takes the second
+    branch; counted twice it would be 14, past the threshold of 10. The export decides as eager
+    does, and the engine's result is eager's on every call, without a flip."""
+    torch.manual_seed(0)
+    eager = AccumulateThenBranch()
+    with torch.no_grad():
+        eager.fc.weight.zero_()
+        eager.fc.bias.fill_(0.25)
+    ours = ORTModule(copy.deepcopy(eager))
+    index = torch.tensor([0, 1, 2, 3, 4, 5, 0])
+    batches = [(torch.randn(7, 4, generator=torch.Generator().manual_seed(i)), index) for i in range(3)]
+    run_both(eager, ours, batches, lr=1e-3)
+    st = ours.stats()
+    assert st["fallback"] is None and st["exports"] == 1 and st["decision_flips"] == 0
+
+
 def test_deberta_v2_sequence_classification_trains_in_the_engine():
     """`if label_index.size(0) > 0:` after a nonzero, in DeBERTa-v2's loss."""
     import transformers

@@ -231,6 +231,8 @@ class ORTModule(ModuleProxy, Copyable):
             # (a kernel error in a graph exported for this very call is the model's own)
             if not decision_variants.changed(e) and not (not fresh and decision_variants.may_have_changed(runner, e)):
                 raise
+            if fresh:  # the graph exported for this very call: its export and its run disagree
+                raise decision_variants.disagreement(runner, e) from e
             tried = tried | {id(runner.export)}
             fresh = runner.variants.switch(runner, e, args, kwargs, tried)
             return self._run_engine(args, kwargs, tried, fresh)

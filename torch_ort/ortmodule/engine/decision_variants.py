@@ -35,6 +35,16 @@ def may_have_changed(runner, error: BaseException) -> bool:
     return runner.export.decisions > 0 and isinstance(error, _C.KernelError)
 
 
+def disagreement(runner, error: BaseException) -> ORTModuleONNXModelException:
+    """A graph exported with this call's values fails its own decision check: the values the
+    export took the decision from are not the ones the engine computes (exporting again would
+    decide the same way). The fallback policy handles it like any graph the engine cannot run."""
+    return ORTModuleONNXModelException(
+        f"{type(runner._module).__name__}: a graph exported with this call's values does not hold "
+        f"its own data-dependent decision when run ({error}); the values torch.export computed "
+        f"while exporting differ from the engine's")
+
+
 class Variants:
     def __init__(self) -> None:
         self.saved: list[dict] = []

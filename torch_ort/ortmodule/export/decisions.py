@@ -110,7 +110,7 @@ def taken_from_values():
     program.run_decompositions = run_decompositions
     try:
         with functorch_config.patch(fake_tensor_propagate_real_tensors=True), _signbit_is_bool(), \
-                _unbacked_offsets_unchecked():
+                _unbacked_offsets_unchecked(), _in_place_ops_applied_once():
             yield
     finally:
         _fx_passes.remove_assertion_nodes = original
@@ -163,6 +163,68 @@ def _unbacked_offsets_unchecked():
         yield
     finally:
         fake_utils._check_fake_real_tensors = compare
+
+
+@contextlib.contextmanager
+def _in_place_ops_applied_once():
+    """With real values propagated, the fake mode runs an in-place op's real kernel on the real
+    tensors (mutating them), then, for an op it computes through a decomposition (`index_add_`
+    with symbolic sizes: `index_add` then `copy_`), dispatches the decomposition's ops, whose real
+    kernels apply the op a second time. The values every later decision is taken from are then
+    wrong (the eager experts loop accumulates each expert's output twice, and routes the next
+    layer's tokens differently from eager). Within the block each mutated real tensor is set, after
+    the op, to the op applied once to what it held before."""
+    from torch._library.utils import is_builtin, zip_schema
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils import _pytree as pytree
+    from torch.utils._mode_utils import no_dispatch
+
+    dispatch = FakeTensorMode._dispatch_impl
+
+    def real(mode, value):
+        if isinstance(value, FakeTensor):
+            return value.real_tensor
+        if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+            expr = value.node.expr.xreplace(mode.shape_env.backed_var_to_val).xreplace(
+                mode.shape_env.real_tensor_prop_unbacked_vals)
+            return value.node.pytype(expr) if not expr.free_symbols else None
+        return value
+
+    def dispatch_once(self, func, types, args, kwargs):
+        schema = getattr(func, "_schema", None)
+        if not (self.propagate_real_tensors and schema is not None and schema.is_mutable and
+                is_builtin(func) and torch.Tag.nondeterministic_seeded not in func.tags):
+            return dispatch(self, func, types, args, kwargs)
+        bound = list(zip_schema(schema, args, kwargs))
+        written = [v for info, v in bound if info.alias_info is not None and info.alias_info.is_write
+                   and isinstance(v, FakeTensor) and v.real_tensor is not None]
+        with no_dispatch():
+            before = [v.real_tensor.clone() for v in written]
+        out = dispatch(self, func, types, args, kwargs)
+        values = {id(v): b for v, b in zip(written, before)}
+        missing = []
+
+        def to_real(v):
+            r = values[id(v)] if id(v) in values else real(self, v)
+            if r is None:
+                missing.append(v)
+            return r
+
+        real_args, real_kwargs = pytree.tree_map(to_real, (args, kwargs))
+        if missing:
+            return out  # a value not known yet: nothing to replay
+        with no_dispatch():
+            func(*real_args, **real_kwargs)
+            for v, once in zip(written, before):
+                if v.real_tensor is not None and v.real_tensor.shape == once.shape:
+                    v.real_tensor.copy_(once)
+        return out
+
+    FakeTensorMode._dispatch_impl = dispatch_once
+    try:
+        yield
+    finally:
+        FakeTensorMode._dispatch_impl = dispatch
 
 
 def count(onnx_model) -> int:
