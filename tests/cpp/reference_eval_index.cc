@@ -131,8 +131,8 @@ Outs gather_fwd(const Node& n, const Ins& in, bool elements) {
   r.shape.insert(r.shape.end(), X(0).shape.begin() + axis + 1, X(0).shape.end());
   return {r};
 }
-Outs gather_bwd(const Node& n, const Ins& in, bool elements) {  // (dY, shape, indices)
-  RefTensor r = RefTensor::zeros(X(0).dtype, ints(X(1)));
+Outs gather_bwd(const Node& n, const Ins& in, bool elements) {  // (dY, shape, indices[, accumulator])
+  RefTensor r = in.size() > 3 && in[3] ? *in[3] : RefTensor::zeros(X(0).dtype, ints(X(1)));
   gather_walk(n, r.shape, X(2), elements, [&](int64_t i, int64_t j) { r.data[j] += X(0).data[i]; });
   return {r};
 }

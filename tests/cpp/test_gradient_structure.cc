@@ -169,6 +169,32 @@ TEST(GradientStructure, FanOutContributionsAreSummedOnce) {
   EXPECT_EQ(acc.inputs.size(), 2u);
 }
 
+TEST(GradientStructure, GathersOfOneWeightAccumulateIntoOneBuffer) {
+  Graph g;  // y = (w[i0] + w[i1] + w[i2], tanh(w)): three GatherGrads and Tanh's gradient
+  ValueId w = input(g, "w", shp({k(5), k(3)}));
+  std::vector<ValueId> rows;
+  for (int i = 0; i < 3; ++i)
+    rows.push_back(node(g, "Gather", {w, input(g, "i" + std::to_string(i), shp({k(2)}), DType::kInt64)},
+                        DType::kFloat, shp({k(2), k(3)})));
+  ValueId sum = node(g, "Add", {node(g, "Add", {rows[0], rows[1]}, DType::kFloat, shp({k(2), k(3)})), rows[2]},
+                     DType::kFloat, shp({k(2), k(3)}));
+  g.outputs = {sum, node(g, "Tanh", {w}, DType::kFloat, shp({k(5), k(3)}))};
+  TrainingGraph tg = build_training_graph(g, {true, false, false, false});
+  std::vector<const Node*> grads;
+  for (const Node* n : backward(tg))
+    if (n->op_type == "GatherGrad") grads.push_back(n);
+  ASSERT_EQ(grads.size(), 3u) << str(bw_histogram(tg));
+  EXPECT_EQ(grads[0]->inputs.size(), 3u);  // the first fills zeros; each next adds into it
+  for (size_t i = 1; i < grads.size(); ++i) {
+    ASSERT_EQ(grads[i]->inputs.size(), 4u);
+    EXPECT_EQ(grads[i]->inputs[3], grads[i - 1]->outputs[0]);
+  }
+  const Node& acc = tg.graph.nodes[producer_index(tg, tg.input_grads[0])];
+  ASSERT_EQ(acc.op_type, "Sum");  // Tanh's contribution and the chain's result
+  EXPECT_EQ(acc.inputs.size(), 2u);
+  EXPECT_TRUE(std::count(acc.inputs.begin(), acc.inputs.end(), grads.back()->outputs[0]));
+}
+
 TEST(GradientStructure, SameNodeReadingAValueTwiceIsSummed) {
   Graph g;  // y = x * x
   ValueId x = input(g, "x", shp({k(3), k(4)}));

@@ -54,6 +54,14 @@ std::vector<Case> index_cases() {
   c.push_back({"Gather_scalar_index", "Gather", {G({4, 3})}, {}, 1, [](Graph& g, const std::vector<ValueId>& in) {
     return std::vector<ValueId>{add1(g, "Gather", {in[0], scalar_int(g, 2)})};
   }});
+  // Three reads of one weight by index (repeats across and within reads): their GatherGrads add
+  // into one buffer, each into the previous one's result.
+  c.push_back({"Gather_three_reads_of_one_weight", "Gather", {G({5, 3})}, {}, 1, [](Graph& g, const std::vector<ValueId>& in) {
+    ValueId a = add1(g, "Gather", {in[0], scalar_int(g, 2)});
+    ValueId b = add1(g, "Gather", {in[0], scalar_int(g, 4)});
+    ValueId c = add1(g, "Gather", {in[0], scalar_int(g, 2)});
+    return std::vector<ValueId>{add1(g, "Add", {add1(g, "Mul", {a, b}), c})};
+  }});
   c.push_back({"Trilu_scalar_k", "Trilu", {G({4, 4})}, {}, 1, [](Graph& g, const std::vector<ValueId>& in) {
     return std::vector<ValueId>{add1(g, "Trilu", {in[0], scalar_int(g, 1)})};
   }});

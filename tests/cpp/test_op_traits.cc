@@ -162,8 +162,9 @@ TEST(OpTraits, InplaceOperands) {
   EXPECT_EQ(find_op("", "Sub")->inplace_inputs, (std::vector<int>{0}));
   EXPECT_EQ(find_op("", "Div")->inplace_inputs, (std::vector<int>{0}));
   EXPECT_EQ(find_op("", "Sum")->inplace_inputs, (std::vector<int>{0}));
+  EXPECT_EQ(find_op(kOurDomain, "GatherGrad")->inplace_inputs, (std::vector<int>{3}));  // the accumulator
   EXPECT_EQ(ops_where([](const OpTraits& t) { return !t.inplace_inputs.empty(); }),
-            onnx({"Add", "Div", "Mul", "Sub", "Sum"}));
+            both(onnx({"Add", "Div", "Mul", "Sub", "Sum"}), ours({"GatherGrad"})));
 }
 
 TEST(OpTraits, ViewRules) {

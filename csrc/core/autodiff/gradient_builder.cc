@@ -32,9 +32,43 @@ void request_forward_outputs(Graph& g) {
   }
 }
 
+// Gather's gradients of one value add into one buffer: each GatherGrad after the first takes the
+// previous one's result as its accumulator (input 3, which the plan lets it overwrite) instead of
+// zeros of its own and a Sum over all of them. A loop that reads rows of a weight by index (the
+// eager experts loop: one Gather per expert and layer) would otherwise fill and add the whole
+// weight's gradient once per read. Returns the parts left to sum, the chain's result among them.
+std::vector<ValueId> chain_scatter_backs(BuilderState& st, const std::vector<ValueId>& parts) {
+  std::vector<size_t> chain;  // positions in st.backward, in execution order
+  for (ValueId p : parts)
+    for (size_t i = st.backward.size(); i-- > 0;) {
+      const Node& n = st.backward[i];
+      if (n.outputs.size() == 1 && n.outputs[0] == p) {
+        if (n.domain == kOurDomain && n.op_type == "GatherGrad" && n.inputs.size() == 3) chain.push_back(i);
+        break;
+      }
+    }
+  if (chain.size() < 2) return parts;
+  for (const Node& n : st.backward)  // each part must be read by the sum alone
+    for (ValueId in : n.inputs)
+      for (size_t i : chain)
+        if (in == st.backward[i].outputs[0]) return parts;
+  std::sort(chain.begin(), chain.end());
+  for (size_t k = 1; k < chain.size(); ++k)
+    st.backward[chain[k]].inputs.push_back(st.backward[chain[k - 1]].outputs[0]);
+  std::vector<ValueId> rest;
+  for (ValueId p : parts) {
+    bool chained = false;
+    for (size_t i : chain) chained |= st.backward[i].outputs[0] == p;
+    if (!chained) rest.push_back(p);
+  }
+  rest.push_back(st.backward[chain.back()].outputs[0]);
+  return rest;
+}
+
 // Sums gradient contributions of one value (fan-out); one contribution passes through.
-ValueId accumulate(BuilderState& st, const std::vector<ValueId>& parts, ValueId like) {
-  if (parts.empty()) return kNoValue;
+ValueId accumulate(BuilderState& st, const std::vector<ValueId>& all_parts, ValueId like) {
+  if (all_parts.empty()) return kNoValue;
+  const std::vector<ValueId> parts = chain_scatter_backs(st, all_parts);
   if (parts.size() == 1) return parts[0];
   const Value v = st.g.value(like);  // a copy: new_value may grow the value table
   ValueId out = st.g.new_value(v.name + "_grad/accumulated", st.g.value(parts[0]).dtype, v.shape);

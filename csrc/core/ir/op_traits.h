@@ -77,8 +77,9 @@ struct OpTraits {
   // Inputs the kernel reads as numbers on the host (KernelCtx::input_ints / input_scalar /
   // input_flag): placement keeps them there. Positions past a node's inputs are ignored.
   std::vector<int> host_inputs = {};
-  // Operands the elementwise kernel may overwrite with its result (kernels/elementwise.cc),
-  // when the node has two or more operands; planner/memory_inplace.cc decides per step.
+  // Operands the kernel may overwrite with its result (the elementwise kernels, GatherGrad's
+  // accumulator), when the node has two or more operands; planner/memory_inplace.cc decides per
+  // step and the kernel asks KernelCtx::may_overwrite_input.
   std::vector<int> inplace_inputs = {};
   ViewRule view = ViewRule::kNever;
   // Output k's dtype when the op fixes it (kUndefined or past the end: the data's dtype, see

@@ -26,7 +26,7 @@ std::vector<OpEntry> index_ops() {
       {kOurDomain, "PaddingMaskCheck", {.view = ViewRule::kInput0, .arity = OpArity{3, 3, 1, 1}}},
       // arity: (dY, shape(X), indices)
       {kOurDomain, "GatherElementsGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},  // shape(X)
-      {kOurDomain, "GatherGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
+      {kOurDomain, "GatherGrad", {.host_inputs = {1}, .inplace_inputs = {3}, .arity = OpArity{3, 4, 1, 1}}},
       {kOurDomain, "GatherNDGrad", {.host_inputs = {1}, .arity = OpArity{3, 3, 1, 1}}},
   };
 }

@@ -1,5 +1,6 @@
-// In-place reuse: which operands an elementwise step may overwrite (as the runtime kernels in
-// kernels/elementwise.cc do), and the plan's choice per step (see memory.h).
+// In-place reuse: which operands a step may overwrite (its op's inplace_inputs: the elementwise
+// kernels of kernels/elementwise.cc, GatherGrad's accumulator), and the plan's choice per step
+// (see memory.h).
 #include <algorithm>
 
 #include "csrc/core/ir/op_traits.h"

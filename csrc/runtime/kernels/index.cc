@@ -51,7 +51,9 @@ void gather_elements_grad_kernel(KernelCtx& c) {
   const std::vector<int64_t> shape = c.input_ints(1);
   const int64_t axis = norm_axis(c, c.attrs.get_int("axis", 0), static_cast<int64_t>(shape.size()));
   at::Tensor idx = wrap_indices(c, c.input(2), shape[axis], dy);
-  c.set_output(0, at::scatter_add(at::zeros(shape, dy.options()), axis, idx, dy));
+  at::Tensor z = at::zeros(shape, dy.options());
+  z.scatter_add_(axis, idx, dy);
+  c.set_output(0, std::move(z));
 }
 
 // ---- GatherND with batch_dims b: data (B..., D_0..D_k-1, R...), indices (B..., M..., k)
@@ -107,10 +109,13 @@ void gather_nd_grad_kernel(KernelCtx& c) {
   const std::vector<int64_t> shape = c.input_ints(1);
   NdIndex nd = nd_index(c, shape, c.input(2), dy);
   at::Tensor z = at::zeros(nd.flat_data, dy.options());
-  c.set_output(0, at::index_put(z, nd.index, dy.reshape(nd.flat_out), /*accumulate=*/true).reshape(shape));
+  z.index_put_(nd.index, dy.reshape(nd.flat_out), /*accumulate=*/true);
+  c.set_output(0, z.reshape(shape));
 }
 
-// ---- Gather's gradient: dY (outer..., idx..., inner...) added into rows of zeros(outer, n, inner).
+// ---- Gather's gradient: dY (outer..., idx..., inner...) added into rows of zeros(outer, n, inner),
+// or of the accumulator (input 3: the other Gathers' gradients of the same value), overwritten
+// where the plan allows.
 void gather_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
@@ -121,8 +126,18 @@ void gather_grad_kernel(KernelCtx& c) {
     c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not match data shape " +
            c10::str(c10::IntArrayRef(shape)) + " with " + std::to_string(idx.numel()) + " indices on axis " +
            std::to_string(axis));
-  at::Tensor z = at::zeros({outer, shape[axis], inner}, dy.options());
-  c.set_output(0, at::index_add(z, 1, idx, dy.reshape({outer, idx.numel(), inner})).reshape(shape));
+  at::Tensor z;
+  if (c.num_inputs() > 3 && c.has_input(3)) {
+    const at::Tensor& acc = c.input(3);
+    if (acc.sizes() != c10::IntArrayRef(shape) || acc.scalar_type() != dy.scalar_type())
+      c.fail("accumulator of shape " + c10::str(acc.sizes()) + " does not match data shape " +
+             c10::str(c10::IntArrayRef(shape)));
+    z = c.may_overwrite_input(3, acc.sizes(), dy.scalar_type()) ? acc : acc.clone(at::MemoryFormat::Contiguous);
+  } else {
+    z = at::zeros(shape, dy.options());
+  }
+  z.view({outer, shape[axis], inner}).index_add_(1, idx, dy.reshape({outer, idx.numel(), inner}));
+  c.set_output(0, std::move(z));
 }
 
 // LabelRows(labels; ignore_index) -> the positions of the labels that are not ignore_index, in
