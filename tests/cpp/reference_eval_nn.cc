@@ -142,7 +142,7 @@ Outs embedding_grad(const Node& n, const Ins& in) {
   const bool freq = n.attrs.get_int("scale_grad_by_freq", 0) != 0;
   std::vector<double> count(V, 0);
   for (double v : idx.data) count.at(int64_t(v)) += 1;
-  RefTensor dw = RefTensor::zeros(dy.dtype, {V, D});
+  RefTensor dw = in.size() > 3 && in[3] ? *in[3] : RefTensor::zeros(dy.dtype, {V, D});  // the accumulator
   for (int64_t i = 0; i < idx.numel(); ++i) {
     const int64_t r = int64_t(idx.data[i]);
     if (r == pad) continue;

@@ -169,30 +169,60 @@ TEST(GradientStructure, FanOutContributionsAreSummedOnce) {
   EXPECT_EQ(acc.inputs.size(), 2u);
 }
 
+// y = (w[i0] + w[i1] + w[i2], tanh(w)): three GatherGrads chained into one buffer. Built in
+// reverse, the gradient of a Tanh after the Gathers is made first and starts the chain (no Sum,
+// no zeros); a Tanh before them is made last and is summed with the chain's result.
 TEST(GradientStructure, GathersOfOneWeightAccumulateIntoOneBuffer) {
-  Graph g;  // y = (w[i0] + w[i1] + w[i2], tanh(w)): three GatherGrads and Tanh's gradient
-  ValueId w = input(g, "w", shp({k(5), k(3)}));
-  std::vector<ValueId> rows;
-  for (int i = 0; i < 3; ++i)
-    rows.push_back(node(g, "Gather", {w, input(g, "i" + std::to_string(i), shp({k(2)}), DType::kInt64)},
-                        DType::kFloat, shp({k(2), k(3)})));
-  ValueId sum = node(g, "Add", {node(g, "Add", {rows[0], rows[1]}, DType::kFloat, shp({k(2), k(3)})), rows[2]},
-                     DType::kFloat, shp({k(2), k(3)}));
-  g.outputs = {sum, node(g, "Tanh", {w}, DType::kFloat, shp({k(5), k(3)}))};
-  TrainingGraph tg = build_training_graph(g, {true, false, false, false});
-  std::vector<const Node*> grads;
-  for (const Node* n : backward(tg))
-    if (n->op_type == "GatherGrad") grads.push_back(n);
-  ASSERT_EQ(grads.size(), 3u) << str(bw_histogram(tg));
-  EXPECT_EQ(grads[0]->inputs.size(), 3u);  // the first fills zeros; each next adds into it
-  for (size_t i = 1; i < grads.size(); ++i) {
-    ASSERT_EQ(grads[i]->inputs.size(), 4u);
-    EXPECT_EQ(grads[i]->inputs[3], grads[i - 1]->outputs[0]);
+  for (const bool tanh_first : {false, true}) {
+    Graph g;
+    ValueId w = input(g, "w", shp({k(5), k(3)}));
+    ValueId t = tanh_first ? node(g, "Tanh", {w}, DType::kFloat, shp({k(5), k(3)})) : kNoValue;
+    std::vector<ValueId> rows;
+    for (int i = 0; i < 3; ++i)
+      rows.push_back(node(g, "Gather", {w, input(g, "i" + std::to_string(i), shp({k(2)}), DType::kInt64)},
+                          DType::kFloat, shp({k(2), k(3)})));
+    ValueId sum = node(g, "Add", {node(g, "Add", {rows[0], rows[1]}, DType::kFloat, shp({k(2), k(3)})), rows[2]},
+                       DType::kFloat, shp({k(2), k(3)}));
+    if (!tanh_first) t = node(g, "Tanh", {w}, DType::kFloat, shp({k(5), k(3)}));
+    g.outputs = {sum, t};
+    TrainingGraph tg = build_training_graph(g, {true, false, false, false});
+    std::vector<const Node*> grads;
+    for (const Node* n : backward(tg))
+      if (n->op_type == "GatherGrad") grads.push_back(n);
+    ASSERT_EQ(grads.size(), 3u) << str(bw_histogram(tg));
+    for (size_t i = 1; i < grads.size(); ++i) {
+      ASSERT_EQ(grads[i]->inputs.size(), 4u);
+      EXPECT_EQ(grads[i]->inputs[3], grads[i - 1]->outputs[0]);
+    }
+    if (tanh_first) {  // zeros, then a Sum with Tanh's contribution
+      EXPECT_EQ(grads[0]->inputs.size(), 3u);
+      const Node& acc = tg.graph.nodes[producer_index(tg, tg.input_grads[0])];
+      ASSERT_EQ(acc.op_type, "Sum");
+      EXPECT_EQ(acc.inputs.size(), 2u);
+      EXPECT_TRUE(std::count(acc.inputs.begin(), acc.inputs.end(), grads.back()->outputs[0]));
+    } else {  // Tanh's contribution is the first accumulator; the chain's end is w's gradient
+      ASSERT_EQ(grads[0]->inputs.size(), 4u);
+      EXPECT_NE(producer_index(tg, grads[0]->inputs[3]), -1);
+      EXPECT_EQ(count_bw(tg, "Sum"), 0) << str(bw_histogram(tg));
+      EXPECT_EQ(tg.input_grads[0], grads.back()->outputs[0]);
+    }
   }
-  const Node& acc = tg.graph.nodes[producer_index(tg, tg.input_grads[0])];
-  ASSERT_EQ(acc.op_type, "Sum");  // Tanh's contribution and the chain's result
-  EXPECT_EQ(acc.inputs.size(), 2u);
-  EXPECT_TRUE(std::count(acc.inputs.begin(), acc.inputs.end(), grads.back()->outputs[0]));
+}
+
+// A tied embedding: the head's weight gradient, made first, is what the embedding's adds into.
+TEST(GradientStructure, TiedEmbeddingGradientAddsIntoTheHeads) {
+  Graph g;  // (Embedding(w, ids), Tanh(w))
+  ValueId w = input(g, "w", shp({k(7), k(3)}));
+  ValueId ids = input(g, "ids", shp({k(2), k(4)}), DType::kInt64);
+  ValueId e = g.new_value("emb", DType::kFloat, shp({k(2), k(4), k(3)}));
+  g.nodes.push_back(Node{kOurDomain, "Embedding", "/emb", {w, ids}, {e}, {}});
+  g.outputs = {e, node(g, "Tanh", {w}, DType::kFloat, shp({k(7), k(3)}))};
+  TrainingGraph tg = build_training_graph(g, {true, false});
+  const Node& grad = tg.graph.nodes[producer_index(tg, tg.input_grads[0])];
+  ASSERT_EQ(grad.op_type, "EmbeddingGrad") << str(bw_histogram(tg));
+  ASSERT_EQ(grad.inputs.size(), 4u);
+  EXPECT_NE(producer_index(tg, grad.inputs[3]), -1);
+  EXPECT_EQ(count_bw(tg, "Sum"), 0) << str(bw_histogram(tg));
 }
 
 TEST(GradientStructure, SameNodeReadingAValueTwiceIsSummed) {

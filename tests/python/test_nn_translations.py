@@ -129,6 +129,38 @@ def test_embedding_scale_grad_by_freq(strict):
     assert torch.equal(ours.module.weight.grad, emb.weight.grad)
 
 
+class TiedLM(torch.nn.Module):
+    def __init__(self, **embedding):
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 6, **embedding)
+        self.mix = torch.nn.Linear(6, 6)
+
+    def forward(self, ids):
+        h = torch.tanh(self.mix(self.emb(ids)))
+        return F.cross_entropy((h @ self.emb.weight.t()).flatten(0, 1), ids.flatten())
+
+
+@pytest.mark.parametrize("embedding", [{}, {"padding_idx": 1}, {"scale_grad_by_freq": True}],
+                         ids=["plain", "padding_idx", "scale_grad_by_freq"])
+def test_tied_embedding_gradient_adds_into_the_heads(strict, embedding):
+    """The embedding's gradient is added into the tied head's (EmbeddingGrad's accumulator) instead
+    of a zero-filled weight-sized tensor and a sum: the same gradients and steps as eager."""
+    torch.manual_seed(0)
+    eager = TiedLM(**embedding)
+    ours = ORTModule(copy.deepcopy(eager))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (eager, ours)]
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        ids = torch.randint(0, 11, (3, 5), generator=gen)
+        ids[0, :2] = 1  # padding_idx rows (and a repeated index)
+        for model, opt in zip((eager, ours), opts):
+            opt.zero_grad()
+            model(ids).backward()
+        torch.testing.assert_close(ours.module.emb.weight.grad, eager.emb.weight.grad, rtol=1e-5, atol=1e-6)
+        for opt in opts:
+            opt.step()
+
+
 def test_sparse_embedding_runs_through_the_aten_fallback(strict):
     """Our Embedding translation refuses sparse=True (its gradient is dense); the ATen fallback
     then carries aten::embedding (within that one export), and autograd's sparse gradient

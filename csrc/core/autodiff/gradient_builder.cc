@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "csrc/core/ir/aten_op.h"
 #include "csrc/core/autodiff/gradient_registry.h"
@@ -32,36 +33,55 @@ void request_forward_outputs(Graph& g) {
   }
 }
 
-// Gather's gradients of one value add into one buffer: each GatherGrad after the first takes the
-// previous one's result as its accumulator (input 3, which the plan lets it overwrite) instead of
-// zeros of its own and a Sum over all of them. A loop that reads rows of a weight by index (the
-// eager experts loop: one Gather per expert and layer) would otherwise fill and add the whole
-// weight's gradient once per read. Returns the parts left to sum, the chain's result among them.
+// Gather's gradients of one value add into one buffer: each GatherGrad (or EmbeddingGrad) takes the previous
+// contribution as its accumulator (input 3, which the plan lets it overwrite) instead of zeros of
+// its own and a Sum over all of them. A loop that reads rows of a weight by index (the eager
+// experts loop: one Gather per expert and layer) would otherwise fill and add the whole weight's
+// gradient once per read; a tied embedding's gradient adds into the LM head's instead of a
+// vocabulary-wide zero fill and sum. The chain starts from another contribution of the same type
+// made before the first GatherGrad, if there is one. Returns the parts left to sum (the chain's
+// result among them).
 std::vector<ValueId> chain_scatter_backs(BuilderState& st, const std::vector<ValueId>& parts) {
-  std::vector<size_t> chain;  // positions in st.backward, in execution order
+  if (parts.size() < 2) return parts;
+  std::vector<size_t> chain;          // positions in st.backward of the GatherGrads making parts
+  std::map<ValueId, size_t> made_at;  // parts made by a backward node: its position
   for (ValueId p : parts)
     for (size_t i = st.backward.size(); i-- > 0;) {
       const Node& n = st.backward[i];
-      if (n.outputs.size() == 1 && n.outputs[0] == p) {
-        if (n.domain == kOurDomain && n.op_type == "GatherGrad" && n.inputs.size() == 3) chain.push_back(i);
-        break;
-      }
+      if (n.outputs.size() != 1 || n.outputs[0] != p) continue;
+      made_at[p] = i;
+      if (n.domain == kOurDomain && (n.op_type == "GatherGrad" || n.op_type == "EmbeddingGrad") &&
+          n.inputs.size() == 3)
+        chain.push_back(i);
+      break;
     }
-  if (chain.size() < 2) return parts;
-  for (const Node& n : st.backward)  // each part must be read by the sum alone
-    for (ValueId in : n.inputs)
-      for (size_t i : chain)
-        if (in == st.backward[i].outputs[0]) return parts;
+  if (chain.empty()) return parts;
   std::sort(chain.begin(), chain.end());
-  for (size_t k = 1; k < chain.size(); ++k)
-    st.backward[chain[k]].inputs.push_back(st.backward[chain[k - 1]].outputs[0]);
-  std::vector<ValueId> rest;
+  const Value& out = st.g.value(st.backward[chain[0]].outputs[0]);
+  ValueId acc = kNoValue;
   for (ValueId p : parts) {
-    bool chained = false;
-    for (size_t i : chain) chained |= st.backward[i].outputs[0] == p;
-    if (!chained) rest.push_back(p);
+    const auto it = made_at.find(p);
+    const Value& v = st.g.value(p);
+    if (it != made_at.end() && it->second < chain[0] && v.dtype == out.dtype && v.shape.same_as(out.shape)) {
+      acc = p;
+      break;
+    }
   }
-  rest.push_back(st.backward[chain.back()].outputs[0]);
+  std::set<ValueId> chained;
+  if (acc != kNoValue) chained.insert(acc);
+  for (size_t i : chain) chained.insert(st.backward[i].outputs[0]);
+  if (chained.size() < 2) return parts;
+  for (const Node& n : st.backward)  // each chained part must be read by the sum alone
+    for (ValueId in : n.inputs)
+      if (chained.count(in)) return parts;
+  for (size_t i : chain) {
+    if (acc != kNoValue) st.backward[i].inputs.push_back(acc);
+    acc = st.backward[i].outputs[0];
+  }
+  std::vector<ValueId> rest;
+  for (ValueId p : parts)
+    if (!chained.count(p)) rest.push_back(p);
+  rest.push_back(acc);
   return rest;
 }
 

@@ -65,7 +65,8 @@ std::vector<OpEntry> nn_ops() {
       // arity: (scores, labels, [weights]) -> (loss, [log_prob])
       {kOurDomain, "CrossEntropyLoss", {.add_outputs_for_gradient = add_log_prob, .arity = OpArity{2, 3, 1, 2}}},
       // arity: (dY, indices, shape(W))
-      {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape(W)
+      // (dY, indices, shape(W)[, accumulator]): see GatherGrad
+      {kOurDomain, "EmbeddingGrad", {.host_inputs = {2}, .inplace_inputs = {3}, .arity = OpArity{3, 4, 1, 1}}},
       {kOurDomain, "CrossEntropyLossGrad", {.arity = OpArity{3, 4, 1, 1}}},  // (dLoss, log_prob, labels, [weights])
       {kOurDomain, "Embedding", {.arity = OpArity{2, 2, 1, 1}}},  // (weight, indices)
       // (X (N, H), W, [bias], labels (N), [Full], [rows]) -> (loss, [dX], [dW], [dbias]): the LM head

@@ -9,10 +9,13 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/embedding_dense_backward.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/erf.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/index_add.h>
+#include <ATen/ops/masked_fill.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/native_layer_norm_backward.h>
@@ -132,14 +135,32 @@ void embedding_kernel(KernelCtx& c) {
                                 c.attrs.get_int("scale_grad_by_freq", 0) != 0, false));
 }
 
-// (dY, indices, shape of weight) -> dWeight: dense, summed over repeated indices, zero at
-// padding_idx (ATen's embedding_dense_backward, as eager autograd uses).
+// (dY, indices, shape of weight[, accumulator]) -> dWeight: dense, summed over repeated indices,
+// zero at padding_idx (ATen's embedding_dense_backward, as eager autograd uses), added into the
+// accumulator (the weight's other gradient contributions: a tied LM head's) when there is one,
+// overwritten where the plan allows.
 void embedding_grad_kernel(KernelCtx& c) {
   const std::vector<int64_t> wshape = c.input_ints(2);
   if (wshape.size() != 2) c.fail("weight shape must have 2 entries, got " + c10::str(wshape));
-  c.set_output(0, at::embedding_dense_backward(c.input(0), c.input(1), wshape[0],
-                                               c.attrs.get_int("padding_idx", -1),
-                                               c.attrs.get_int("scale_grad_by_freq", 0) != 0));
+  const at::Tensor& dy = c.input(0);
+  const int64_t pad = c.attrs.get_int("padding_idx", -1);
+  const bool by_freq = c.attrs.get_int("scale_grad_by_freq", 0) != 0;
+  if (!c.has_input(3))
+    return c.set_output(0, at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, by_freq));
+  const at::Tensor& acc = c.input(3);
+  if (acc.sizes() != c10::IntArrayRef(wshape) || acc.scalar_type() != dy.scalar_type())
+    c.fail("accumulator of shape " + c10::str(acc.sizes()) + " and type " + c10::toString(acc.scalar_type()) +
+           " does not match the weight's " + c10::str(wshape) + " and the gradient's " + c10::toString(dy.scalar_type()));
+  at::Tensor dw = c.may_overwrite_input(3, acc.sizes(), dy.scalar_type()) ? acc : acc.clone(at::MemoryFormat::Contiguous);
+  if (by_freq) {
+    dw.add_(at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, true));
+  } else {
+    const at::Tensor idx = c.input(1).reshape({-1});
+    at::Tensor rows = dy.reshape({idx.numel(), wshape[1]});
+    if (pad >= 0) rows = rows.masked_fill(idx.eq(pad).unsqueeze(1), 0);
+    dw.index_add_(0, idx, rows);
+  }
+  c.set_output(0, std::move(dw));
 }
 
 }  // namespace
