@@ -364,3 +364,53 @@ def test_a_hugging_face_model_keeps_its_base_model_in_the_engine():
     assert split_of(ours) == [("transformer", "engine")]
     for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@torch.library.custom_op("torch_ort_test::opaque_routing", mutates_args=())
+def opaque_routing(index: torch.Tensor) -> torch.Tensor:
+    """No fake implementation: torch.export cannot trace a module that calls it."""
+    return index.clone()
+
+
+def test_mixtral_with_its_experts_eager_keeps_attention_in_the_engine(monkeypatch):
+    """Mixtral's experts made impossible to export: the split runs attention and the norms in the
+    engine, while the router, whose outputs transformers' forward hooks record for the
+    load-balancing loss (a context the model's eager forward sets), and the experts run eagerly.
+    Traced into a graph, that hook would record the export's placeholder tensors into the loss
+    (backward then failed inside torch); losses and gradients are eager's."""
+    import transformers
+    from transformers.models.mixtral import modeling_mixtral
+
+    experts_forward = modeling_mixtral.MixtralExperts.forward
+    monkeypatch.setattr(modeling_mixtral.MixtralExperts, "forward",
+                        lambda self, h, index, weights: experts_forward(self, h, opaque_routing(index), weights))
+    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02)
+    torch.manual_seed(0)
+    eager = transformers.MixtralForCausalLM(cfg)
+    ours = ORTModule(copy.deepcopy(eager))
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (eager, ours)]
+    gen = torch.Generator().manual_seed(0)
+    with pytest.warns(ORTModuleFallbackWarning):
+        for t in (8, 11, 6):
+            ids = torch.randint(0, 128, (2, t), generator=gen)
+            losses = []
+            for model, opt in zip((eager, ours), opts):
+                opt.zero_grad()
+                out = model(input_ids=ids, labels=ids)
+                assert out.aux_loss is not None
+                out.loss.backward()
+                losses.append(out.loss.detach())
+            torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-6)
+            for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name)
+            for opt in opts:
+                opt.step()
+    runs = dict(split_of(ours))
+    for i in range(2):
+        assert runs[f"model.layers.{i}.self_attn"] == "engine"
+        assert runs[f"model.layers.{i}.mlp.gate"] == runs[f"model.layers.{i}.mlp.experts"] == "eager"
+    reasons = {s.name: s.reason for s in ours.fallback.submodules}
+    assert "record router_logits" in reasons["model.layers.0.mlp.gate"]
+    assert ours.fallback.engine_flop_share > 0

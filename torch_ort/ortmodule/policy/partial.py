@@ -119,6 +119,31 @@ def _single_layer(module: torch.nn.Module) -> bool:
     return not module._modules and type(module).__module__.startswith("torch.nn.")
 
 
+def outputs_recorded_outside(module: torch.nn.Module) -> list[str]:
+    """What forward hooks in `module`'s subtree are recording right now into state its caller
+    holds: `transformers`' output capturing (router logits for the load-balancing loss, hidden
+    states, attentions) collects into a context variable the model's forward sets around the
+    call. Traced into this module's graph, such a hook would record the export's placeholder
+    tensors once and nothing afterwards; a module that returns its outputs itself is unaffected.
+    Empty when nothing records (the usual case)."""
+    import sys
+    capturing = sys.modules.get("transformers.utils.output_capturing")
+    collector = getattr(capturing, "_active_collector", None)
+    active = collector.get() if collector is not None else None
+    if not active:
+        return []
+    keys = set()
+    for m in module.modules():
+        for hook in (*m._forward_hooks.values(), *m._forward_pre_hooks.values()):
+            code = getattr(hook, "__code__", None)
+            if getattr(hook, "__module__", None) != capturing.__name__ or code is None or "key" not in code.co_freevars:
+                continue
+            key = hook.__closure__[code.co_freevars.index("key")].cell_contents
+            if key in active:
+                keys.add(key)
+    return sorted(keys)
+
+
 class SharedExports:
     """The exports of a split's submodules in memory, by the graph cache's key: a runner whose key
     is there uses that graph (the parameters bind by name to its own module) instead of exporting.
