@@ -28,7 +28,6 @@ from torch_ort.ortmodule.policy.fallback_policy import (
     FallbackStatus,
     ORTModuleError,
     ORTModuleInitException,
-    ORTModuleTorchModelException,
 )
 from torch_ort.ortmodule.policy.variables import Settings, SkipCheck
 
@@ -212,12 +211,7 @@ class ORTModule(ModuleProxy, Copyable):
         return runner, engine, tensors, params, training
 
     def _forward_engine(self, args, kwargs):
-        recorded = partial.outputs_recorded_outside(self.module)
-        if recorded:  # (a whole model collects them inside its own graph)
-            raise ORTModuleTorchModelException(
-                f"{type(self.module).__name__}: forward hooks inside it record {', '.join(recorded)} for the "
-                "calling model (transformers' output capturing), which a graph cannot do on every call; "
-                "it runs eagerly, and its submodules where they can")
+        partial.refuse_outputs_recorded_outside(self.module)
         with partial.engine_running():  # a split counting its first call's FLOPs
             return self._run_engine(args, kwargs)
 

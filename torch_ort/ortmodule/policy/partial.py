@@ -15,7 +15,9 @@ module objects a user holds are unchanged. Candidates are the children that hold
 are more than a single torch.nn layer (one layer is one kernel in eager PyTorch: the engine would
 add a call boundary and have nothing to fuse), that are not ORTModules already and not managed by
 FSDP2; containers without a forward of their own (ModuleList, ModuleDict) are looked through, their
-items being what the parent calls.
+items being what the parent calls. The largest single layers join them after the first call, which
+counts the FLOPs each spends: one that spent at least a quarter of the forward's (an LM head over a
+large vocabulary, when the body around it cannot run in the engine) runs in the engine too.
 
 Identical submodules (the blocks of a loop: the same classes, structure, parameter names, shapes
 and dtypes, and input schema — the key of the graph cache on disk) share one export within the
@@ -33,7 +35,12 @@ import torch
 
 from torch_ort import _compat
 from torch_ort.ortmodule.policy.compositions import fsdp_managed
-from torch_ort.ortmodule.policy.fallback_policy import FallbackPolicy, ORTModuleError, SubmoduleStatus
+from torch_ort.ortmodule.policy.fallback_policy import (
+    FallbackPolicy,
+    ORTModuleError,
+    ORTModuleTorchModelException,
+    SubmoduleStatus,
+)
 
 if TYPE_CHECKING:
     from torch_ort.ortmodule.export.exporter import ExportResult
@@ -46,6 +53,7 @@ SPLIT_KINDS = (FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE | FallbackPolicy.FALLB
                | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL)
 
 _REASON_CHARS = 160  # of a submodule's reason, in the one warning (the status has it whole)
+LAYER_SHARE = 0.25  # of the forward's FLOPs, above which a single layer runs in the engine too
 _counting = threading.local()  # .counter: the _FlopCount of a split's first call in this thread
 
 
@@ -117,6 +125,18 @@ def _has_forward(module: torch.nn.Module) -> bool:
 
 def _single_layer(module: torch.nn.Module) -> bool:
     return not module._modules and type(module).__module__.startswith("torch.nn.")
+
+
+def refuse_outputs_recorded_outside(module: torch.nn.Module) -> None:
+    """Raises ORTModuleTorchModelException (the module then runs eagerly, and its submodules where
+    they can) while hooks inside `module` record outputs for its caller (a whole model collects
+    them inside its own graph, so it is not refused)."""
+    recorded = outputs_recorded_outside(module)
+    if recorded:
+        raise ORTModuleTorchModelException(
+            f"{type(module).__name__}: forward hooks inside it record {', '.join(recorded)} for the "
+            "calling model (transformers' output capturing), which a graph cannot do on every call; "
+            "it runs eagerly, and its submodules where they can")
 
 
 def outputs_recorded_outside(module: torch.nn.Module) -> list[str]:
@@ -199,9 +219,19 @@ class Split:
         # (FLOPs in the submodules' engines, FLOPs of the whole forward), counted on the first call
         self.flops: tuple[int, int] | None = None
 
+        # single layers the module's forward calls itself: taken too if they do much of the work
+        self._layers: list[tuple[torch.nn.Module, str, str, torch.nn.Module]] = []
+
         def candidate(m: torch.nn.Module) -> bool:
-            return (not isinstance(m, wrap) and not fsdp_managed(m) and not _single_layer(m)
-                    and next(m.parameters(), None) is not None)
+            return (not isinstance(m, wrap) and not fsdp_managed(m) and next(m.parameters(), None) is not None)
+
+        def wrapper_of(child: torch.nn.Module) -> "ORTModule":
+            wrapper = wrappers.get(id(child))
+            if wrapper is None:
+                wrapper = wrappers[id(child)] = wrap(child, owner._debug)
+                wrapper._fallback.quiet = True  # the owner reports the whole split once
+                wrapper._shared_exports = exports
+            return wrapper
 
         def walk(parent: torch.nn.Module, prefix: str) -> None:
             for key, child in parent._modules.items():
@@ -209,15 +239,15 @@ class Split:
                     continue
                 if not _has_forward(child):
                     walk(child, f"{prefix}{key}.")
+                elif candidate(child) and _single_layer(child):
+                    self._layers.append((parent, key, prefix + key, child))
                 elif candidate(child):
-                    wrapper = wrappers.get(id(child))
-                    if wrapper is None:
-                        wrapper = wrappers[id(child)] = wrap(child, owner._debug)
-                        wrapper._fallback.quiet = True  # the owner reports the whole split once
-                        wrapper._shared_exports = exports
-                    self.entries.append(_Entry(parent, key, prefix + key, wrapper))
+                    self.entries.append(_Entry(parent, key, prefix + key, wrapper_of(child)))
 
         walk(self._module, "")
+        self._wrapper_of = wrapper_of
+        inside = {id(m) for e in self.entries for m in e.wrapper.module.modules()}
+        self._layers = [layer for layer in self._layers if id(layer[3]) not in inside]  # shared: leave
 
     @contextlib.contextmanager
     def _swapped(self) -> Iterator[None]:
@@ -244,13 +274,45 @@ class Split:
                 return self._module(*args, **kwargs)
             counter = _FlopCount()
             _counting.counter = counter
+            layer_flops, hooks = self._watch_layers(counter)
             try:
                 with counter:
                     out = self._module(*args, **kwargs)
             finally:
                 _counting.counter = None
+                for h in hooks:
+                    h.remove()
             self.flops = (counter.engine, counter.total)
-            return out
+        self._take_large_layers(layer_flops, counter.total)
+        return out
+
+    def _watch_layers(self, counter: "_FlopCount") -> tuple[dict[int, int], list]:
+        """Hooks that count, per single layer the forward calls eagerly, the FLOPs it spends."""
+        flops: dict[int, int] = {}
+        started: dict[int, int] = {}
+        hooks = []
+        for _, _, _, layer in self._layers:
+            def pre(module, args, key=id(layer)):
+                started[key] = counter.total
+
+            def post(module, args, output, key=id(layer)):
+                flops[key] = flops.get(key, 0) + counter.total - started.pop(key, counter.total)
+
+            hooks += [layer.register_forward_pre_hook(pre), layer.register_forward_hook(post)]
+        return flops, hooks
+
+    def _take_large_layers(self, layer_flops: dict[int, int], total: int) -> None:
+        """A single layer that spent at least LAYER_SHARE of the first call's FLOPs (an LM head over
+        a large vocabulary) runs in the engine from the next call on, which counts again."""
+        large = [layer for layer in self._layers if total and layer_flops.get(id(layer[3]), 0) >= LAYER_SHARE * total]
+        if not large:
+            return
+        with self._lock:
+            for layer in large:
+                parent, key, name, module = layer
+                self.entries.append(_Entry(parent, key, name, self._wrapper_of(module)))
+                self._layers.remove(layer)
+            self.flops = None
 
     def statuses(self, prefix: str = "") -> Iterator[SubmoduleStatus]:
         """Where each candidate runs, in module order; a child that split is followed by its own."""
