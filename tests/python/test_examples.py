@@ -92,10 +92,12 @@ def test_ddp_training_smoke(tmp_path):
     assert resumed < losses[0] - 0.3, (one.stdout, losses)
 
 
-def test_bert_pretraining_smoke_and_exact_resume(tmp_path, export_cache):
+def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
     """The BERT example, shortened: it trains through the engine (bf16, FusedLamb, accumulation),
-    and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss."""
-    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": export_cache}
+    and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss.
+    The three runs share an export cache of their own (the first run's graph), never another
+    test's."""
+    env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": str(tmp_path / "cache")}
     base = [sys.executable, str(ROOT / "examples" / "bert_pretraining.py"), "--steps", "6", "--accum", "2",
             "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu"]
 
