@@ -139,6 +139,186 @@ TEST(Rewrite, TheSameCaptureNameMustBeTheSameValue) {
   EXPECT_EQ(g.nodes[1].op_type, "Mul");
 }
 
+// A float scalar constant (an initializer of rank 0).
+ValueId scalar(Graph& g, const std::string& name, float v) {
+  const ValueId id = g.add_value(name, DType::kFloat, Shape::of({}));
+  g.initializers[id] = TensorData::scalar_float(DType::kFloat, v);
+  return id;
+}
+
+// Unary node `op` over the rule's captured `x`, in the root's place.
+Node unary(const std::string& op, const Match& m, const Node& root) {
+  return Node{"", op, "", {m.value("x")}, root.outputs, {}};
+}
+
+TEST(Rewrite, ProductMatchesAnyAssociationAndOperandOrder) {
+  // (2·x)·(z·3) and x·(6·z) are both the product 6·x·z; x·(5·z) is not.
+  for (const float k : {2.0f, 6.0f, 5.0f}) {
+    Graph g;
+    const ValueId x = fvalue(g, "x"), z = fvalue(g, "z"), q = fvalue(g, "q"), y = fvalue(g, "y");
+    g.inputs = {x, z};
+    ValueId p = x;
+    if (k == 2.0f) {
+      p = fvalue(g, "p");
+      add_node(g, "Mul", {scalar(g, "two", 2), x}, {p}, "/p");
+      add_node(g, "Mul", {z, scalar(g, "three", 3)}, {q}, "/q");
+    } else {
+      add_node(g, "Mul", {scalar(g, "k", k), z}, {q}, "/q");
+    }
+    add_node(g, "Mul", {p, q}, {y}, "/y");
+    g.outputs = {y};
+    std::vector<ValueId> seen;
+    const Rule r{"6·x·z -> Neg(x)", product({val("x"), val("z")}, 6.0),
+                 [&](const Graph&, const Match& m) {
+                   seen.push_back(m.value("x"));
+                   return m.value("x") == x;  // the factors in the other order are tried too
+                 },
+                 [](Graph&, const Match& m, const Node& root) { return unary("Neg", m, root); }};
+    EXPECT_EQ(apply(g, {r}), k != 5.0f) << k;
+    verify(g);
+    if (k == 5.0f) continue;
+    ASSERT_EQ(g.nodes.size(), 1u);  // the inner Muls were the tree's
+    EXPECT_EQ(g.nodes[0].inputs, (std::vector<ValueId>{x}));
+    EXPECT_EQ(seen.front() == x ? seen.size() : seen.size() - 1, 1u);
+  }
+}
+
+TEST(Rewrite, AProductStopsAtAFactorReadElsewhere) {
+  // y = (2·x)·3 with 2·x also read by an Exp: the tree is t·3, t a leaf.
+  Graph g;
+  const ValueId x = fvalue(g, "x"), t = fvalue(g, "t"), y = fvalue(g, "y"), e = fvalue(g, "e");
+  g.inputs = {x};
+  add_node(g, "Mul", {x, scalar(g, "two", 2)}, {t}, "/t");
+  add_node(g, "Mul", {t, scalar(g, "three", 3)}, {y}, "/y");
+  add_node(g, "Exp", {t}, {e}, "/exp");
+  g.outputs = {y, e};
+  auto neg = [](Graph&, const Match& m, const Node& root) { return unary("Neg", m, root); };
+  EXPECT_FALSE(apply(g, {Rule{"6·x", product({val("x")}, 6.0), {}, neg}}));
+  ASSERT_TRUE(apply(g, {Rule{"3·t", product({val("x")}, 3.0), {}, neg}}));
+  verify(g);
+  EXPECT_EQ(g.nodes.size(), 3u);
+  EXPECT_EQ(g.nodes[1].op_type, "Neg");
+  EXPECT_EQ(g.nodes[1].inputs, (std::vector<ValueId>{t}));
+}
+
+TEST(Rewrite, InsideTakesAValueWhoseEveryReaderIsInTheMatch) {
+  // y = Neg(s) · s, s = a + b: s is read twice, both times inside the match.
+  for (const bool read_elsewhere : {false, true}) {
+    Graph g;
+    const ValueId a = fvalue(g, "a"), b = fvalue(g, "b"), s = fvalue(g, "s"), n = fvalue(g, "n"), y = fvalue(g, "y");
+    g.inputs = {a, b};
+    add_node(g, "Add", {a, b}, {s}, "/s");
+    add_node(g, "Neg", {s}, {n}, "/n");
+    add_node(g, "Mul", {n, s}, {y}, "/y");
+    g.outputs = {y};
+    if (read_elsewhere) {
+      const ValueId e = fvalue(g, "e");
+      add_node(g, "Exp", {s}, {e}, "/exp");
+      g.outputs.push_back(e);
+    }
+    const Rule r{"Neg(a + b)·(a + b) -> Sub(b, a)",
+                 op("Mul").in({from(op("Neg").in({val("s")})), inside(op("Add").in({val("a"), val("b")}), "s")}), {},
+                 [](Graph&, const Match& m, const Node& root) {
+                   return Node{"", "Sub", "", {m.value("b"), m.value("a")}, root.outputs, {}};
+                 }};
+    EXPECT_EQ(apply(g, {r}), !read_elsewhere);
+    verify(g);
+    EXPECT_EQ(g.nodes.size(), read_elsewhere ? 4u : 1u);
+  }
+}
+
+TEST(Rewrite, OneOfAndConstantsOfAGivenValue) {
+  // Neg(x / 2) and Neg(0.5 · x) are both Neg of half of x; Neg(x / 3) is not.
+  for (const std::string form : {"Div2", "Mul0.5", "Div3"}) {
+    Graph g;
+    const ValueId x = fvalue(g, "x"), h = fvalue(g, "h"), y = fvalue(g, "y");
+    g.inputs = {x};
+    if (form == "Mul0.5") {
+      add_node(g, "Mul", {scalar(g, "half", 0.5f), x}, {h}, "/h");
+    } else {
+      add_node(g, "Div", {x, scalar(g, "d", form == "Div2" ? 2.0f : 3.0f)}, {h}, "/h");
+    }
+    add_node(g, "Neg", {h}, {y}, "/y");
+    g.outputs = {y};
+    const Rule r{"Neg(x / 2) -> Sigmoid(x)",
+                 op("Neg").in({one_of({from(op("Div").in({val("x"), num(2.0)})), from(product({val("x")}, 0.5))})}),
+                 {}, [](Graph&, const Match& m, const Node& root) { return unary("Sigmoid", m, root); }};
+    EXPECT_EQ(apply(g, {r}), form != "Div3") << form;
+    verify(g);
+  }
+}
+
+// s = a + b; r = Relu(s) [; e = Exp(s)]: a rule rooted at the Add that takes the Relu with it.
+struct AddThenRelu {
+  Graph g;
+  ValueId a, b, s, r;
+  explicit AddThenRelu(bool sum_read_elsewhere) {
+    a = fvalue(g, "a");
+    b = fvalue(g, "b");
+    s = fvalue(g, "s");
+    r = fvalue(g, "r");
+    g.inputs = {a, b};
+    add_node(g, "Add", {a, b}, {s}, "/add");
+    if (sum_read_elsewhere) {
+      const ValueId e = fvalue(g, "e");
+      add_node(g, "Exp", {s}, {e}, "/exp");
+      g.outputs.push_back(e);
+    }
+    add_node(g, "Relu", {s}, {r}, "/relu");
+    g.outputs.push_back(r);
+  }
+};
+
+Rule add_relu(bool keep_sum) {
+  NodePattern root = op("Add").in({val("a"), val("b")});
+  root.read_by("s", op("Relu").as("relu").in({val("s")}));
+  return Rule{"Relu(a + b) -> one node", std::move(root), {},
+              [keep_sum](Graph& g, const Match& m, const Node& add) {
+                std::vector<ValueId> outs{g.nodes[m.node("relu")].outputs[0]};
+                if (keep_sum) outs.push_back(add.outputs[0]);
+                return Node{"", "AddRelu", "", {m.value("a"), m.value("b")}, outs, {}};
+              }};
+}
+
+TEST(Rewrite, AReaderOfTheRootGoesWithTheMatchAndTheNewNodeTakesTheRootsPlace) {
+  AddThenRelu t(true);
+  ASSERT_TRUE(apply(t.g, {add_relu(true)}));
+  verify(t.g);
+  ASSERT_EQ(t.g.nodes.size(), 2u);
+  EXPECT_EQ(t.g.nodes[0].op_type, "AddRelu");  // at the Add's place, ahead of the Exp reading s
+  EXPECT_EQ(t.g.nodes[0].name, "/add");
+  EXPECT_EQ(t.g.nodes[0].outputs, (std::vector<ValueId>{t.r, t.s}));
+  EXPECT_EQ(t.g.nodes[1].op_type, "Exp");
+}
+
+TEST(Rewrite, ARewriteThatWouldLoseAValueOrReadOneTooEarlyIsSkipped) {
+  // The sum has another reader but the new node does not make it: skipped.
+  AddThenRelu lose(true);
+  EXPECT_FALSE(apply(lose.g, {add_relu(false)}));
+  EXPECT_EQ(lose.g.nodes.size(), 3u);
+  AddThenRelu fine(false);
+  EXPECT_TRUE(apply(fine.g, {add_relu(false)}));
+  verify(fine.g);
+
+  // The reader takes a value made after the root: the new node, in the root's place, cannot.
+  AddThenRelu late(false);
+  Graph& g = late.g;
+  const ValueId c = fvalue(g, "c"), m = fvalue(g, "m");
+  add_node(g, "Neg", {late.a}, {c}, "/late");
+  std::rotate(g.nodes.begin() + 1, g.nodes.begin() + 2, g.nodes.end());  // Add, Neg, Relu
+  g.nodes[2] = Node{"", "Mul", "/mul", {late.s, c}, {m}, {}};
+  g.outputs = {m};
+  verify(g);
+  NodePattern root = op("Add").in({val("a"), val("b")});
+  root.read_by("s", op("Mul").as("mul").in({val("s"), val("c")}));
+  const Rule takes_late{"(a + b)·c -> one node", std::move(root), {}, [](Graph& gg, const Match& mm, const Node&) {
+                          return Node{"", "AddMul", "", {mm.value("a"), mm.value("b"), mm.value("c")},
+                                      gg.nodes[mm.node("mul")].outputs, {}};
+                        }};
+  EXPECT_FALSE(apply(g, {takes_late}));
+  EXPECT_EQ(g.nodes.size(), 3u);
+}
+
 TEST(Rewrite, UnknownCaptureNamesThrow) {
   Match m;
   EXPECT_THROW(m.node("nope"), std::out_of_range);

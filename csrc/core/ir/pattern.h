@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -150,48 +149,12 @@ inline bool erase_nodes(Graph& g, const std::vector<char>& drop) {
   return changed;
 }
 
-// A 1-D bias added to data of `shape` (no broadcasting past the last dim): Add(data, bias) in
-// either order, all of `dtype`, producing a value that only `reader` reads.
-struct BiasAdd {
-  NodeId add = -1;
-  ValueId data = kNoValue, bias = kNoValue;
-};
-inline std::optional<BiasAdd> bias_add_read_only_by(const Graph& g, const GraphIndex& idx, ValueId v,
-                                                    NodeId reader, const Shape& shape, DType dtype) {
-  const NodeId p = v == kNoValue ? -1 : idx.producer[v];
-  if (p < 0 || !is_onnx(g.nodes[p], "Add") || g.nodes[p].inputs.size() != 2 || !only_read_by(g, idx, v, reader) ||
-      !shape.rank_known || shape.rank() < 1)
-    return std::nullopt;
-  for (int at = 0; at < 2; ++at) {
-    const ValueId bias = g.nodes[p].inputs[at], data = g.nodes[p].inputs[1 - at];
-    if (bias == kNoValue || data == kNoValue) continue;
-    const Shape& b = g.value(bias).shape;
-    if (b.rank() != 1 || !b.dims[0].same_as(shape.dims.back()) || !g.value(data).shape.same_as(shape)) continue;
-    if (g.value(bias).dtype == dtype && g.value(data).dtype == dtype) return BiasAdd{p, data, bias};
-  }
-  return std::nullopt;
-}
-
-// The loop of a fusion anchored on one ONNX op: at each `op` node, `match(g, idx, node)` returns
-// what to fuse (an optional), which `fuse(g, match)` then rewrites; one rewrite at a time
-// (rewrite_one_at_a_time), each removing the anchor.
-template <typename MatchFn, typename FuseFn>
-bool fuse_each(Graph& g, std::string_view op, MatchFn match, FuseFn fuse) {
-  return rewrite_one_at_a_time(g, [&](const GraphIndex& idx, NodeId at) {
-    if (!is_onnx(g.nodes[at], op)) return false;
-    auto m = match(g, idx, at);
-    if (m) fuse(g, *m);
-    return m.has_value();
-  });
-}
-
-// The node at `at` becomes `with` (its phase kept), and the nodes `gone` go (-1 entries: none).
-inline void fuse_into(Graph& g, NodeId at, Node with, std::initializer_list<NodeId> gone) {
-  replace_node(g.nodes[at], std::move(with));
-  std::vector<char> drop(g.nodes.size(), 0);
-  for (NodeId n : gone)
-    if (n >= 0) drop[n] = 1;
-  erase_nodes(g, drop);
+// bias adds one value per position of data's last dim: 1-D, of that dim, of data's dtype.
+inline bool is_bias_of(const Graph& g, ValueId bias, ValueId data) {
+  const Shape& b = g.value(bias).shape;
+  const Shape& d = g.value(data).shape;
+  return d.rank_known && d.rank() >= 1 && b.rank() == 1 && b.dims[0].same_as(d.dims.back()) &&
+         g.value(bias).dtype == g.value(data).dtype;
 }
 
 }  // namespace torch_ort::pattern

@@ -1,5 +1,9 @@
 #include "csrc/core/passes/rewrite.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -7,28 +11,25 @@
 
 namespace torch_ort::rewrite {
 
-NodeId Match::node(const std::string& name) const {
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) throw std::out_of_range("rewrite: no node captured as '" + name + "'");
+namespace {
+template <typename Map>
+auto lookup(const Map& names, const std::string& name, const char* what) {
+  auto it = names.find(name);
+  if (it == names.end()) throw std::out_of_range(std::string("rewrite: no ") + what + " captured as '" + name + "'");
   return it->second;
 }
+}  // namespace
 
-ValueId Match::value(const std::string& name) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) throw std::out_of_range("rewrite: no value captured as '" + name + "'");
-  return it->second;
-}
+NodeId Match::node(const std::string& name) const { return lookup(nodes_, name, "node"); }
+ValueId Match::value(const std::string& name) const { return lookup(values_, name, "value"); }
+const std::vector<NodeId>& Match::readers(ValueId v) const { return index_->consumers.at(static_cast<size_t>(v)); }
 
 NodePattern op(std::string op_type) {
-  NodePattern p;
-  p.accepts = [t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_onnx(n, t); };
-  return p;
+  return where([t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_onnx(n, t); });
 }
 
 NodePattern ours(std::string op_type) {
-  NodePattern p;
-  p.accepts = [t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_ours(n, t); };
-  return p;
+  return where([t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_ours(n, t); });
 }
 
 NodePattern where(std::function<bool(const Graph&, const Node&)> accepts) {
@@ -37,25 +38,69 @@ NodePattern where(std::function<bool(const Graph&, const Node&)> accepts) {
   return p;
 }
 
-Input val(std::string capture) { return Input{std::move(capture), false, nullptr}; }
-Input opt(std::string capture) { return Input{std::move(capture), true, nullptr}; }
-Input from(NodePattern p, std::string capture) {
-  return Input{std::move(capture), false, std::make_shared<NodePattern>(std::move(p))};
+NodePattern product(std::vector<Input> factors, double constant, double rtol) {
+  NodePattern p = op("Mul").in(std::move(factors));
+  p.product = true;
+  p.constant = constant;
+  p.rtol = rtol;
+  return p;
 }
 
-// Backtracking over the choices a pattern leaves (the order of a commutative node's inputs): each
-// step hands the rest of the match to a continuation, so a condition that fails for one choice
-// makes the matcher try the next.
+namespace {
+Input input(Input::Kind kind, std::string capture, std::shared_ptr<NodePattern> producer = nullptr) {
+  Input in;
+  in.kind = kind;
+  in.capture = std::move(capture);
+  in.producer = std::move(producer);
+  return in;
+}
+bool near(double x, double value, double rtol) { return std::abs(x - value) <= rtol * std::abs(value); }
+}  // namespace
+
+Input val(std::string capture) { return input(Input::Kind::kValue, std::move(capture)); }
+Input opt(std::string capture) {
+  Input in = val(std::move(capture));
+  in.optional = true;
+  return in;
+}
+Input from(NodePattern p, std::string capture) {
+  return input(Input::Kind::kProducer, std::move(capture), std::make_shared<NodePattern>(std::move(p)));
+}
+Input inside(NodePattern p, std::string capture) {
+  return input(Input::Kind::kInside, std::move(capture), std::make_shared<NodePattern>(std::move(p)));
+}
+Input num(double value, double rtol) {
+  Input in = input(Input::Kind::kNumber, "");
+  in.number = value;
+  in.rtol = rtol;
+  return in;
+}
+Input one_of(std::vector<Input> alternatives) {
+  Input in = input(Input::Kind::kOneOf, "");
+  in.alternatives = std::move(alternatives);
+  return in;
+}
+
+// Backtracking over the choices a pattern leaves (the order of a commutative node's inputs, the
+// order of a product's factors, the alternatives of one_of): each step hands the rest of the
+// match to a continuation, so a condition that fails for one choice makes the matcher try the next.
 class Matcher {
  public:
   using Cont = std::function<bool(Match&)>;
   Matcher(const Graph& g, const GraphIndex& idx, const std::vector<char>& dropped)
       : g_(g), idx_(idx), dropped_(dropped) {}
 
+  Match start() const {
+    Match m;
+    m.index_ = &idx_;
+    return m;
+  }
+
   bool node(NodeId id, const NodePattern& p, Match& m, const Cont& k) const {
     const Node& n = g_.nodes[id];
     if (!p.accepts(g_, n)) return false;
     if (p.outputs >= 0 && static_cast<int>(n.outputs.size()) != p.outputs) return false;
+    if (p.product) return product(id, p, m, k);
     size_t required = 0;
     for (const Input& in : p.inputs) required += in.optional ? 0 : 1;
     if (n.inputs.size() < required || (!p.any_arity && n.inputs.size() > p.inputs.size())) return false;
@@ -64,14 +109,50 @@ class Matcher {
     for (size_t j = 0; j < p.inputs.size(); ++j) orders[0].push_back(j);
     if (p.swap && p.inputs.size() == 2) orders.push_back({1, 0});
     for (const std::vector<size_t>& order : orders) {
+      std::vector<Slot> slots;
+      for (size_t j = 0; j < p.inputs.size(); ++j)
+        slots.push_back({&p.inputs[j], order[j] < n.inputs.size() ? n.inputs[order[j]] : kNoValue, id});
       Match saved = m;
-      if (inputs(id, p, order, 0, m, k)) return true;
+      if (each(slots, 0, m, k)) return true;
       m = std::move(saved);
     }
     return false;
   }
 
+  // A node reading output 0 of the root, matched by the rule's reader pattern.
+  bool reader(NodeId root, const NodePattern& p, Match& m, const Cont& k) const {
+    const ValueId out = g_.nodes[root].outputs.empty() ? kNoValue : g_.nodes[root].outputs[0];
+    if (out == kNoValue || !bind(m.values_, p.root_output, out)) return false;
+    for (NodeId r : idx_.consumers[out]) {
+      if (dropped_[r] || r <= root) continue;
+      Match saved = m;
+      if (node(r, *p.reader, m, [&](Match& mm) {
+            mm.interior_.push_back(r);
+            if (k(mm)) return true;
+            mm.interior_.pop_back();
+            return false;
+          }))
+        return true;
+      m = std::move(saved);
+    }
+    return false;
+  }
+
+  // Every value taken in with `inside` is read by matched nodes only.
+  static bool readers_inside(const GraphIndex& idx, const Match& m, NodeId root) {
+    for (ValueId v : m.inside_)
+      for (NodeId r : idx.consumers[v])
+        if (r != root && std::find(m.interior_.begin(), m.interior_.end(), r) == m.interior_.end()) return false;
+    return true;
+  }
+
  private:
+  struct Slot {
+    const Input* in;
+    ValueId v;
+    NodeId reader;
+  };
+
   template <typename T>
   static bool bind(std::map<std::string, T>& names, const std::string& name, T what) {
     if (name.empty()) return true;
@@ -79,33 +160,120 @@ class Matcher {
     return inserted || it->second == what;
   }
 
-  bool inputs(NodeId id, const NodePattern& p, const std::vector<size_t>& order, size_t j, Match& m,
-              const Cont& k) const {
-    if (j == p.inputs.size()) return k(m);
-    const Node& n = g_.nodes[id];
-    const Input& in = p.inputs[j];
-    const size_t pos = order[j];
-    const ValueId v = pos < n.inputs.size() ? n.inputs[pos] : kNoValue;
-    if (v == kNoValue) {
-      if (!in.optional || !bind(m.values_, in.capture, kNoValue)) return false;
-      return inputs(id, p, order, j + 1, m, k);
+  NodeId producer_of(ValueId v) const {
+    if (v < 0 || v >= static_cast<ValueId>(idx_.producer.size())) return -1;
+    const NodeId p = idx_.producer[v];
+    return p >= 0 && !dropped_[p] ? p : -1;
+  }
+
+  bool each(const std::vector<Slot>& slots, size_t j, Match& m, const Cont& k) const {
+    if (j == slots.size()) return k(m);
+    return one(*slots[j].in, slots[j].v, slots[j].reader, m, [&](Match& mm) { return each(slots, j + 1, mm, k); });
+  }
+
+  bool one(const Input& in, ValueId v, NodeId reader, Match& m, const Cont& k) const {
+    if (in.kind == Input::Kind::kOneOf) {
+      for (const Input& alternative : in.alternatives) {
+        Match saved = m;
+        if (one(alternative, v, reader, m, k)) return true;
+        m = std::move(saved);
+      }
+      return false;
+    }
+    if (v == kNoValue) return in.optional && bind(m.values_, in.capture, kNoValue) && k(m);
+    if (in.kind == Input::Kind::kNumber) {
+      const std::optional<double> c = pattern::scalar_float(g_, idx_, v);
+      return c && near(*c, in.number, in.rtol) && k(m);
     }
     if (!bind(m.values_, in.capture, v)) return false;
-    if (!in.producer) return inputs(id, p, order, j + 1, m, k);
-    const NodeId producer = idx_.producer[v];
-    if (producer < 0 || dropped_[producer] || !pattern::only_read_by(g_, idx_, v, id)) return false;
-    return node(producer, *in.producer, m, [&](Match& mm) {
-      mm.interior_.push_back(producer);
-      if (inputs(id, p, order, j + 1, mm, k)) return true;
+    if (in.kind == Input::Kind::kValue) return k(m);
+    const NodeId p = producer_of(v);
+    if (p < 0) return false;
+    if (in.kind == Input::Kind::kProducer && !pattern::only_read_by(g_, idx_, v, reader)) return false;
+    if (in.kind == Input::Kind::kInside) {
+      if (pattern::is_graph_output(g_, v)) return false;
+      m.inside_.push_back(v);
+    }
+    return node(p, *in.producer, m, [&](Match& mm) {
+      mm.interior_.push_back(p);
+      if (k(mm)) return true;
       mm.interior_.pop_back();
       return false;
     });
+  }
+
+  // The Muls below `n` that only the tree reads, and its leaves (constants multiplied into c).
+  void tree(NodeId n, std::vector<NodeId>& nodes, std::vector<std::pair<ValueId, NodeId>>& leaves, double& c) const {
+    for (ValueId v : g_.nodes[n].inputs) {
+      const NodeId p = producer_of(v);
+      if (p >= 0 && pattern::is_onnx(g_.nodes[p], "Mul") && g_.nodes[p].inputs.size() == 2 &&
+          pattern::only_read_by(g_, idx_, v, n)) {
+        nodes.push_back(p);
+        tree(p, nodes, leaves, c);
+      } else if (std::optional<double> s = pattern::scalar_float(g_, idx_, v)) {
+        c *= *s;
+      } else {
+        leaves.emplace_back(v, n);
+      }
+    }
+  }
+
+  bool product(NodeId id, const NodePattern& p, Match& m, const Cont& k) const {
+    if (g_.nodes[id].inputs.size() != 2 || !bind(m.nodes_, p.capture, id)) return false;
+    std::vector<NodeId> nodes;
+    std::vector<std::pair<ValueId, NodeId>> leaves;
+    double c = 1.0;
+    tree(id, nodes, leaves, c);
+    if (leaves.size() != p.inputs.size() || !near(c, p.constant, p.rtol)) return false;
+    m.interior_.insert(m.interior_.end(), nodes.begin(), nodes.end());
+    std::vector<size_t> order(leaves.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::set<std::vector<ValueId>> tried;  // equal leaves (x·x·x) give equal orders
+    do {
+      std::vector<ValueId> values;
+      for (size_t j : order) values.push_back(leaves[j].first);
+      if (!tried.insert(values).second) continue;
+      std::vector<Slot> slots;
+      for (size_t j = 0; j < order.size(); ++j) slots.push_back({&p.inputs[j], leaves[order[j]].first, leaves[order[j]].second});
+      Match saved = m;
+      if (each(slots, 0, m, k)) return true;
+      m = std::move(saved);
+    } while (std::next_permutation(order.begin(), order.end()));
+    return false;
   }
 
   const Graph& g_;
   const GraphIndex& idx_;
   const std::vector<char>& dropped_;
 };
+
+namespace {
+
+// The rewrite keeps the graph whole (see the header comment).
+bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const Match& m, const Node& with) {
+  std::set<NodeId> matched(m.interior().begin(), m.interior().end());
+  matched.insert(at);
+  const std::set<ValueId> made(with.outputs.begin(), with.outputs.end());
+  for (NodeId n : matched)
+    for (ValueId v : g.nodes[n].outputs) {
+      if (v == kNoValue || made.count(v)) continue;
+      if (pattern::is_graph_output(g, v)) return false;
+      for (NodeId r : idx.consumers[v])
+        if (!matched.count(r)) return false;
+    }
+  for (ValueId v : with.inputs) {
+    if (v == kNoValue || v >= static_cast<ValueId>(idx.producer.size())) continue;
+    const NodeId p = idx.producer[v];
+    if (p >= at || (p >= 0 && matched.count(p))) return false;  // made later, or by a node that goes
+  }
+  for (ValueId v : with.outputs)
+    if (v != kNoValue && v < static_cast<ValueId>(idx.consumers.size()))
+      for (NodeId r : idx.consumers[v])
+        if (r <= at && !matched.count(r)) return false;
+  return true;
+}
+
+}  // namespace
 
 bool apply(Graph& g, const std::vector<Rule>& rules) {
   const GraphIndex idx(g);
@@ -115,13 +283,17 @@ bool apply(Graph& g, const std::vector<Rule>& rules) {
   for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
     if (drop[i]) continue;
     for (const Rule& rule : rules) {
-      Match m;
+      Match m = matcher.start();
+      const Matcher::Cont whole = [&](Match& mm) {
+        return Matcher::readers_inside(idx, mm, i) && (!rule.condition || rule.condition(g, mm));
+      };
       const bool found = matcher.node(i, rule.root, m, [&](Match& mm) {
-        return !rule.condition || rule.condition(g, mm);
+        return rule.root.reader ? matcher.reader(i, rule.root, mm, whole) : whole(mm);
       });
       if (!found) continue;
+      Node with = rule.build(g, m, g.nodes[i]);
+      if (!keeps_graph_whole(g, idx, i, m, with)) continue;
       Node& root = g.nodes[i];
-      Node with = rule.build(g, m, root);
       if (with.name.empty()) with.name = root.name;
       pattern::replace_node(root, std::move(with));  // keeps the root's forward/backward half
       for (NodeId interior : m.interior()) drop[interior] = 1;

@@ -1,16 +1,24 @@
 // Declarative local rewrites: a rule is a pattern (a tree of node patterns rooted at the node to
 // replace), a condition over what it matched, and a builder of the node that takes the root's
-// place. The interior nodes of the tree (each read only by its parent) go away. One scan over the
-// nodes, in order, applies the first rule whose pattern and condition hold at each node; a node
-// a rewrite removed is never matched again in the same scan.
+// place. The interior nodes of the tree go away. One scan over the nodes, in order, applies the
+// first rule whose pattern and condition hold at each node; a node a rewrite removed is never
+// matched again in the same scan.
 //
 //   Rule{"MatMul + bias -> FusedMatMul",
 //        op("Add").commutative().in({from(op("MatMul").as("mm").in({val("x"), val("w")}), "y"), val("bias")}),
 //        [](const Graph& g, const Match& m) { return is_row_bias(g, m.value("bias"), m.value("y")); },
-//        [](const Graph& g, const Match& m, const Node& root) { return Node{...}; }}
+//        [](Graph& g, const Match& m, const Node& root) { return Node{...}; }}
 //
 // Patterns are trees: a value read twice inside one match (a diamond) is expressed by capturing
-// it under the same name twice, which then must be the same value.
+// it under the same name twice, which then must be the same value; `inside` takes in the producer
+// of such a value. Beyond trees: a product of any association and operand order (`product`), a
+// choice between inputs (`one_of`), a scalar constant of a given value (`num`), and one node that
+// reads the root's output (`read_by`, e.g. the LayerNormalization after a residual Add).
+//
+// Whatever a rule says, a rewrite is applied only when it keeps the graph whole: every value a
+// removed node made that is read outside the match (or is a graph output) is made by the new
+// node, the new node's inputs exist where it runs (the root's position), and its outputs are read
+// only after it. A rule whose rewrite would break one of these is skipped at that node.
 #pragma once
 
 #include <functional>
@@ -30,36 +38,54 @@ class Match {
   NodeId node(const std::string& name) const;    // throws std::out_of_range for an unknown name
   ValueId value(const std::string& name) const;  // kNoValue for an absent optional input
   const std::vector<NodeId>& interior() const { return interior_; }  // nodes the rewrite removes
+  const std::vector<NodeId>& readers(ValueId v) const;  // every node reading v in the graph
 
  private:
   friend class Matcher;
+  const GraphIndex* index_ = nullptr;
   std::map<std::string, NodeId> nodes_;
   std::map<std::string, ValueId> values_;
   std::vector<NodeId> interior_;
+  std::vector<ValueId> inside_;  // values whose readers must all be in the match
 };
 
 struct NodePattern;
 
-// One input position of a node pattern.
+// One input position of a node pattern (or one factor of a product).
 struct Input {
+  enum class Kind { kValue, kProducer, kInside, kNumber, kOneOf };
+  Kind kind = Kind::kValue;
   std::string capture;                     // the value's name in the Match ("" = not captured)
   bool optional = false;                   // may be absent (omitted, or past the node's inputs)
-  std::shared_ptr<NodePattern> producer;   // set: produced by a node matching this, read only here
+  std::shared_ptr<NodePattern> producer;   // kProducer, kInside: the pattern of the value's maker
+  std::vector<Input> alternatives;         // kOneOf: tried in order
+  double number = 0.0, rtol = 0.0;         // kNumber: the constant's value, its relative tolerance
 };
 
 struct NodePattern {
   std::function<bool(const Graph&, const Node&)> accepts;
   std::string capture;          // the node's name in the Match ("" = not captured)
-  std::vector<Input> inputs;    // checked position by position
+  std::vector<Input> inputs;    // checked position by position (a product: its factors, any order)
   bool any_arity = false;       // more inputs than listed are allowed (the rest are not looked at)
   bool swap = false;            // two inputs: either order
   int outputs = -1;             // required number of outputs (-1: any)
+  bool product = false;         // a tree of two-input Muls, see product()
+  double constant = 1.0, rtol = 0.0;  // product: its constant factor, within rtol
+  std::shared_ptr<NodePattern> reader;  // the root only: see read_by()
+  std::string root_output;
 
   NodePattern& as(std::string name) { capture = std::move(name); return *this; }
   NodePattern& in(std::vector<Input> ins) { inputs = std::move(ins); return *this; }
   NodePattern& commutative() { swap = true; return *this; }
   NodePattern& at_least_these_inputs() { any_arity = true; return *this; }
   NodePattern& with_outputs(int n) { outputs = n; return *this; }
+  // The root only: a node reading the root's output 0 (captured as `output`) and matching `p`
+  // goes with the match. The new node still takes the root's place, so its inputs must exist there.
+  NodePattern& read_by(std::string output, NodePattern p) {
+    root_output = std::move(output);
+    reader = std::make_shared<NodePattern>(std::move(p));
+    return *this;
+  }
 };
 
 // Node patterns: an ONNX-domain op (domain ""), an op of our domain, any node satisfying
@@ -67,20 +93,31 @@ struct NodePattern {
 NodePattern op(std::string op_type);
 NodePattern ours(std::string op_type);
 NodePattern where(std::function<bool(const Graph&, const Node&)> accepts);
+// A product: a two-input Mul and the Muls below it that only the tree reads (any association,
+// any operand order). Its scalar float constants multiply to `constant` (within the relative
+// tolerance `rtol`); its other leaves match `factors`, one each, in some order.
+NodePattern product(std::vector<Input> factors, double constant, double rtol = 0.0);
 
 // Inputs: any present value; an optional one; a value some node matching `p` produces (as its
 // only reader, and no graph output) — the producer becomes an interior node of the match.
 Input val(std::string capture);
 Input opt(std::string capture);
 Input from(NodePattern p, std::string capture = "");
+// As `from`, for a value read more than once inside the match: every reader must be in it.
+Input inside(NodePattern p, std::string capture);
+// A scalar float constant (an initializer or a Constant node) within `rtol` of `value`.
+Input num(double value, double rtol = 0.0);
+// The first of these that leads to a whole match.
+Input one_of(std::vector<Input> alternatives);
 
 struct Rule {
   std::string name;  // what it does, for reading and for test failures
   NodePattern root;
   std::function<bool(const Graph&, const Match&)> condition;  // empty: always
   // The node that replaces the root (its domain, op, inputs, outputs, attributes; the name and
-  // the training-graph phase of the root are kept when the builder leaves them empty/false).
-  std::function<Node(const Graph&, const Match&, const Node& root)> build;
+  // the training-graph phase of the root are kept when the builder leaves them empty/false). It
+  // may add values to the graph (a new output).
+  std::function<Node(Graph&, const Match&, const Node& root)> build;
 };
 
 // Applies the rules in one scan (see the header comment); returns whether anything changed.
