@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "csrc/core/eval/eval.h"
+#include "csrc/core/eval/expression.h"
 #include "tests/cpp/reference_eval.h"
 
 namespace torch_ort {
@@ -66,6 +67,54 @@ TEST(Eval, OracleDelegatesTheEvaluatorsOps) {
   EXPECT_EQ(out.at(0).data, (std::vector<double>{3.5, 1.5}));
   const ref::RefTensor bad{DType::kInt64, {1}, {3}};
   EXPECT_THROW(ref::eval_node(g, {&x, &bad}), std::runtime_error);
+}
+
+// x (B, T, D): the graph computes factor = c / Sqrt(CastLike(Gather(Shape(x), index), x)).
+struct ScaleGraph {
+  Graph g;
+  ValueId x, factor;
+  ScaleGraph(Dim d, int64_t index, double c) {
+    x = g.add_value("x", DType::kFloat, Shape::of({Dim::symbolic("B"), Dim::symbolic("T"), d}));
+    g.inputs = {x};
+    auto value = [&](const char* name, DType t, Shape s) { return g.add_value(name, t, std::move(s)); };
+    const ValueId shape = value("shape", DType::kInt64, Shape::of({Dim::known(3)}));
+    const ValueId at = value("at", DType::kInt64, Shape::of({}));
+    const ValueId dim = value("dim", DType::kInt64, Shape::of({})), dim_f = value("dim_f", DType::kFloat, Shape::of({}));
+    const ValueId root = value("root", DType::kFloat, Shape::of({})), cst = value("c", DType::kFloat, Shape::of({}));
+    factor = value("factor", DType::kFloat, Shape::of({}));
+    g.initializers[at] = TensorData::from_int64s({index}, true);
+    g.initializers[cst] = TensorData::scalar_float(DType::kFloat, c);
+    g.nodes.push_back(Node{"", "Shape", "/shape", {x}, {shape}, {}});
+    g.nodes.push_back(Node{"", "Gather", "/gather", {shape, at}, {dim}, {}});
+    g.nodes.push_back(Node{"", "CastLike", "/cast", {dim, x}, {dim_f}, {}});
+    g.nodes.push_back(Node{"", "Sqrt", "/sqrt", {dim_f}, {root}, {}});
+    g.nodes.push_back(Node{"", "Div", "/div", {cst, root}, {factor}, {}});
+    g.outputs = {factor};
+  }
+};
+
+TEST(Expression, AScaleFromAKnownDimIsAConstant) {
+  ScaleGraph s(Dim::known(16), -1, 2.0);
+  const GraphIndex idx(s.g);
+  EXPECT_DOUBLE_EQ(eval::scalar(s.g, idx, s.factor).value(), 0.5);
+}
+
+TEST(Expression, AScaleFromAnUnknownLastDimIsAPowerOfIt) {
+  ScaleGraph s(Dim::symbolic("D"), -1, 3.0);
+  const GraphIndex idx(s.g);
+  const std::optional<eval::Monomial> m = eval::monomial(s.g, idx, s.factor);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_NEAR(m->coef, 3.0, 1e-12);
+  EXPECT_EQ(m->power, -0.5);
+  EXPECT_EQ(m->dim_of, std::vector<ValueId>{s.x});
+  EXPECT_FALSE(eval::scalar(s.g, idx, s.factor).has_value());  // not a constant
+}
+
+TEST(Expression, AValueOfAnotherUnknownDimOrOfAGraphInputIsNoMonomial) {
+  ScaleGraph seq(Dim::known(16), 1, 1.0);  // 1/√T
+  const GraphIndex idx(seq.g);
+  EXPECT_FALSE(eval::monomial(seq.g, idx, seq.factor).has_value());
+  EXPECT_FALSE(eval::monomial(seq.g, idx, seq.x).has_value());  // a graph input: no data
 }
 
 }  // namespace

@@ -319,6 +319,26 @@ TEST(Rewrite, ARewriteThatWouldLoseAValueOrReadOneTooEarlyIsSkipped) {
   EXPECT_EQ(g.nodes.size(), 3u);
 }
 
+TEST(Rewrite, ANodeOnlySeenStaysWhoeverElseReadsIt) {
+  // y = x + Neg(c) and e = Exp(Neg(c)): `sees` matches the shared Neg without taking it.
+  Graph g;
+  const ValueId x = fvalue(g, "x"), c = fvalue(g, "c"), n = fvalue(g, "n"), y = fvalue(g, "y"), e = fvalue(g, "e");
+  g.inputs = {x, c};
+  add_node(g, "Neg", {c}, {n}, "/neg");
+  add_node(g, "Add", {x, n}, {y}, "/add");
+  add_node(g, "Exp", {n}, {e}, "/exp");
+  g.outputs = {y, e};
+  auto sub = [](Graph&, const Match& m, const Node& root) {
+    return Node{"", "Sub", "", {m.value("x"), m.value("c")}, root.outputs, {}};
+  };
+  EXPECT_FALSE(apply(g, {Rule{"x + Neg(c), Neg taken", op("Add").in({val("x"), from(op("Neg").in({val("c")}))}), {}, sub}}));
+  ASSERT_TRUE(apply(g, {Rule{"x + Neg(c), Neg seen", op("Add").in({val("x"), sees(op("Neg").in({val("c")}))}), {}, sub}}));
+  verify(g);
+  ASSERT_EQ(g.nodes.size(), 3u);  // the Neg stays for the Exp
+  EXPECT_EQ(g.nodes[0].op_type, "Neg");
+  EXPECT_EQ(g.nodes[1].op_type, "Sub");
+}
+
 TEST(Rewrite, UnknownCaptureNamesThrow) {
   Match m;
   EXPECT_THROW(m.node("nope"), std::out_of_range);

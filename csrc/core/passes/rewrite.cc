@@ -23,6 +23,7 @@ auto lookup(const Map& names, const std::string& name, const char* what) {
 NodeId Match::node(const std::string& name) const { return lookup(nodes_, name, "node"); }
 ValueId Match::value(const std::string& name) const { return lookup(values_, name, "value"); }
 const std::vector<NodeId>& Match::readers(ValueId v) const { return index_->consumers.at(static_cast<size_t>(v)); }
+bool Match::has(const std::string& name) const { return nodes_.count(name) || values_.count(name); }
 
 NodePattern op(std::string op_type) {
   return where([t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_onnx(n, t); });
@@ -69,14 +70,17 @@ Input from(NodePattern p, std::string capture) {
 Input inside(NodePattern p, std::string capture) {
   return input(Input::Kind::kInside, std::move(capture), std::make_shared<NodePattern>(std::move(p)));
 }
+Input sees(NodePattern p, std::string capture) {
+  return input(Input::Kind::kSees, std::move(capture), std::make_shared<NodePattern>(std::move(p)));
+}
 Input num(double value, double rtol) {
   Input in = input(Input::Kind::kNumber, "");
   in.number = value;
   in.rtol = rtol;
   return in;
 }
-Input one_of(std::vector<Input> alternatives) {
-  Input in = input(Input::Kind::kOneOf, "");
+Input one_of(std::vector<Input> alternatives, std::string capture) {
+  Input in = input(Input::Kind::kOneOf, std::move(capture));
   in.alternatives = std::move(alternatives);
   return in;
 }
@@ -96,11 +100,12 @@ class Matcher {
     return m;
   }
 
-  bool node(NodeId id, const NodePattern& p, Match& m, const Cont& k) const {
+  // `look`: the node is only looked at (a `sees` input): nothing below it goes with the match.
+  bool node(NodeId id, const NodePattern& p, Match& m, const Cont& k, bool look = false) const {
     const Node& n = g_.nodes[id];
     if (!p.accepts(g_, n)) return false;
     if (p.outputs >= 0 && static_cast<int>(n.outputs.size()) != p.outputs) return false;
-    if (p.product) return product(id, p, m, k);
+    if (p.product) return product(id, p, m, k, look);
     size_t required = 0;
     for (const Input& in : p.inputs) required += in.optional ? 0 : 1;
     if (n.inputs.size() < required || (!p.any_arity && n.inputs.size() > p.inputs.size())) return false;
@@ -113,7 +118,7 @@ class Matcher {
       for (size_t j = 0; j < p.inputs.size(); ++j)
         slots.push_back({&p.inputs[j], order[j] < n.inputs.size() ? n.inputs[order[j]] : kNoValue, id});
       Match saved = m;
-      if (each(slots, 0, m, k)) return true;
+      if (each(slots, 0, m, k, look)) return true;
       m = std::move(saved);
     }
     return false;
@@ -126,13 +131,7 @@ class Matcher {
     for (NodeId r : idx_.consumers[out]) {
       if (dropped_[r] || r <= root) continue;
       Match saved = m;
-      if (node(r, *p.reader, m, [&](Match& mm) {
-            mm.interior_.push_back(r);
-            if (k(mm)) return true;
-            mm.interior_.pop_back();
-            return false;
-          }))
-        return true;
+      if (node(r, *p.reader, m, removing(r, false, k))) return true;
       m = std::move(saved);
     }
     return false;
@@ -153,6 +152,17 @@ class Matcher {
     NodeId reader;
   };
 
+  // Adds `id` to the nodes the rewrite removes for the rest of the match (unless only looked at).
+  Cont removing(NodeId id, bool look, const Cont& k) const {
+    if (look) return k;
+    return [id, &k](Match& mm) {
+      mm.interior_.push_back(id);
+      if (k(mm)) return true;
+      mm.interior_.pop_back();
+      return false;
+    };
+  }
+
   template <typename T>
   static bool bind(std::map<std::string, T>& names, const std::string& name, T what) {
     if (name.empty()) return true;
@@ -166,16 +176,18 @@ class Matcher {
     return p >= 0 && !dropped_[p] ? p : -1;
   }
 
-  bool each(const std::vector<Slot>& slots, size_t j, Match& m, const Cont& k) const {
+  bool each(const std::vector<Slot>& slots, size_t j, Match& m, const Cont& k, bool look) const {
     if (j == slots.size()) return k(m);
-    return one(*slots[j].in, slots[j].v, slots[j].reader, m, [&](Match& mm) { return each(slots, j + 1, mm, k); });
+    return one(*slots[j].in, slots[j].v, slots[j].reader, m, [&](Match& mm) { return each(slots, j + 1, mm, k, look); },
+               look);
   }
 
-  bool one(const Input& in, ValueId v, NodeId reader, Match& m, const Cont& k) const {
+  bool one(const Input& in, ValueId v, NodeId reader, Match& m, const Cont& k, bool look) const {
     if (in.kind == Input::Kind::kOneOf) {
+      if (!bind(m.values_, in.capture, v)) return false;
       for (const Input& alternative : in.alternatives) {
         Match saved = m;
-        if (one(alternative, v, reader, m, k)) return true;
+        if (one(alternative, v, reader, m, k, look)) return true;
         m = std::move(saved);
       }
       return false;
@@ -189,17 +201,13 @@ class Matcher {
     if (in.kind == Input::Kind::kValue) return k(m);
     const NodeId p = producer_of(v);
     if (p < 0) return false;
-    if (in.kind == Input::Kind::kProducer && !pattern::only_read_by(g_, idx_, v, reader)) return false;
-    if (in.kind == Input::Kind::kInside) {
+    look |= in.kind == Input::Kind::kSees;
+    if (!look && in.kind == Input::Kind::kProducer && !pattern::only_read_by(g_, idx_, v, reader)) return false;
+    if (!look && in.kind == Input::Kind::kInside) {
       if (pattern::is_graph_output(g_, v)) return false;
       m.inside_.push_back(v);
     }
-    return node(p, *in.producer, m, [&](Match& mm) {
-      mm.interior_.push_back(p);
-      if (k(mm)) return true;
-      mm.interior_.pop_back();
-      return false;
-    });
+    return node(p, *in.producer, m, removing(p, look, k), look);
   }
 
   // The Muls below `n` that only the tree reads, and its leaves (constants multiplied into c).
@@ -218,14 +226,14 @@ class Matcher {
     }
   }
 
-  bool product(NodeId id, const NodePattern& p, Match& m, const Cont& k) const {
+  bool product(NodeId id, const NodePattern& p, Match& m, const Cont& k, bool look) const {
     if (g_.nodes[id].inputs.size() != 2 || !bind(m.nodes_, p.capture, id)) return false;
     std::vector<NodeId> nodes;
     std::vector<std::pair<ValueId, NodeId>> leaves;
     double c = 1.0;
     tree(id, nodes, leaves, c);
     if (leaves.size() != p.inputs.size() || !near(c, p.constant, p.rtol)) return false;
-    m.interior_.insert(m.interior_.end(), nodes.begin(), nodes.end());
+    if (!look) m.interior_.insert(m.interior_.end(), nodes.begin(), nodes.end());
     std::vector<size_t> order(leaves.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::set<std::vector<ValueId>> tried;  // equal leaves (x·x·x) give equal orders
@@ -236,7 +244,7 @@ class Matcher {
       std::vector<Slot> slots;
       for (size_t j = 0; j < order.size(); ++j) slots.push_back({&p.inputs[j], leaves[order[j]].first, leaves[order[j]].second});
       Match saved = m;
-      if (each(slots, 0, m, k)) return true;
+      if (each(slots, 0, m, k, look)) return true;
       m = std::move(saved);
     } while (std::next_permutation(order.begin(), order.end()));
     return false;

@@ -39,6 +39,8 @@ class Match {
   ValueId value(const std::string& name) const;  // kNoValue for an absent optional input
   const std::vector<NodeId>& interior() const { return interior_; }  // nodes the rewrite removes
   const std::vector<NodeId>& readers(ValueId v) const;  // every node reading v in the graph
+  const GraphIndex& index() const { return *index_; }   // the graph's, as the scan began
+  bool has(const std::string& name) const;               // a node or value captured under this name
 
  private:
   friend class Matcher;
@@ -53,11 +55,11 @@ struct NodePattern;
 
 // One input position of a node pattern (or one factor of a product).
 struct Input {
-  enum class Kind { kValue, kProducer, kInside, kNumber, kOneOf };
+  enum class Kind { kValue, kProducer, kInside, kSees, kNumber, kOneOf };
   Kind kind = Kind::kValue;
   std::string capture;                     // the value's name in the Match ("" = not captured)
   bool optional = false;                   // may be absent (omitted, or past the node's inputs)
-  std::shared_ptr<NodePattern> producer;   // kProducer, kInside: the pattern of the value's maker
+  std::shared_ptr<NodePattern> producer;   // kProducer, kInside, kSees: the pattern of the value's maker
   std::vector<Input> alternatives;         // kOneOf: tried in order
   double number = 0.0, rtol = 0.0;         // kNumber: the constant's value, its relative tolerance
 };
@@ -105,10 +107,13 @@ Input opt(std::string capture);
 Input from(NodePattern p, std::string capture = "");
 // As `from`, for a value read more than once inside the match: every reader must be in it.
 Input inside(NodePattern p, std::string capture);
+// A value made by a node matching `p`, only looked at: that node and what it reads stay in the
+// graph whoever else reads them (a causal mask every layer shares).
+Input sees(NodePattern p, std::string capture = "");
 // A scalar float constant (an initializer or a Constant node) within `rtol` of `value`.
 Input num(double value, double rtol = 0.0);
-// The first of these that leads to a whole match.
-Input one_of(std::vector<Input> alternatives);
+// The first of these that leads to a whole match (the value captured as `capture`).
+Input one_of(std::vector<Input> alternatives, std::string capture = "");
 
 struct Rule {
   std::string name;  // what it does, for reading and for test failures
