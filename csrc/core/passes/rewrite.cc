@@ -258,7 +258,8 @@ class Matcher {
 namespace {
 
 // The rewrite keeps the graph whole (see the header comment).
-bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const Match& m, const Node& with) {
+bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const Match& m, const Replacement& r) {
+  const Node& with = r.node;
   std::set<NodeId> matched(m.interior().begin(), m.interior().end());
   matched.insert(at);
   const std::set<ValueId> made(with.outputs.begin(), with.outputs.end());
@@ -269,8 +270,10 @@ bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const M
       for (NodeId r : idx.consumers[v])
         if (!matched.count(r)) return false;
     }
-  for (ValueId v : with.inputs) {
-    if (v == kNoValue || v >= static_cast<ValueId>(idx.producer.size())) continue;
+  std::vector<ValueId> read = with.inputs;
+  for (const Node& n : r.before) read.insert(read.end(), n.inputs.begin(), n.inputs.end());
+  for (ValueId v : read) {
+    if (v == kNoValue || v >= static_cast<ValueId>(idx.producer.size())) continue;  // new: made before
     const NodeId p = idx.producer[v];
     if (p >= at || (p >= 0 && matched.count(p))) return false;  // made later, or by a node that goes
   }
@@ -287,6 +290,7 @@ bool apply(Graph& g, const std::vector<Rule>& rules) {
   const GraphIndex idx(g);
   std::vector<char> drop(g.nodes.size(), 0);
   const Matcher matcher(g, idx, drop);
+  std::vector<std::vector<Node>> before(g.nodes.size());  // nodes to insert ahead of node i
   bool changed = false;
   for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
     if (drop[i]) continue;
@@ -299,17 +303,25 @@ bool apply(Graph& g, const std::vector<Rule>& rules) {
         return rule.root.reader ? matcher.reader(i, rule.root, mm, whole) : whole(mm);
       });
       if (!found) continue;
-      Node with = rule.build(g, m, g.nodes[i]);
+      Replacement with = rule.build(g, m, g.nodes[i]);
       if (!keeps_graph_whole(g, idx, i, m, with)) continue;
       Node& root = g.nodes[i];
-      if (with.name.empty()) with.name = root.name;
-      pattern::replace_node(root, std::move(with));  // keeps the root's forward/backward half
+      if (with.node.name.empty()) with.node.name = root.name;
+      for (Node& n : with.before) n.in_backward = root.in_backward;
+      before[i] = std::move(with.before);
+      pattern::replace_node(root, std::move(with.node));  // keeps the root's forward/backward half
       for (NodeId interior : m.interior()) drop[interior] = 1;
       changed = true;
       break;
     }
   }
-  pattern::erase_nodes(g, drop);
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (Node& n : before[i]) nodes.push_back(std::move(n));
+    if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
   return changed;
 }
 

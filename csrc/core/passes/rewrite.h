@@ -115,14 +115,22 @@ Input num(double value, double rtol = 0.0);
 // The first of these that leads to a whole match (the value captured as `capture`).
 Input one_of(std::vector<Input> alternatives, std::string capture = "");
 
+// What a builder makes: the node that takes the root's place, and nodes that run just before it
+// (a Flatten of an input the new node reads); a Node converts to one without those.
+struct Replacement {
+  Node node;
+  std::vector<Node> before;
+  Replacement(Node n, std::vector<Node> b = {}) : node(std::move(n)), before(std::move(b)) {}  // NOLINT: implicit
+};
+
 struct Rule {
   std::string name;  // what it does, for reading and for test failures
   NodePattern root;
   std::function<bool(const Graph&, const Match&)> condition;  // empty: always
   // The node that replaces the root (its domain, op, inputs, outputs, attributes; the name and
   // the training-graph phase of the root are kept when the builder leaves them empty/false). It
-  // may add values to the graph (a new output).
-  std::function<Node(Graph&, const Match&, const Node& root)> build;
+  // may add values to the graph (a new output) and nodes before the new one.
+  std::function<Replacement(Graph&, const Match&, const Node& root)> build;
 };
 
 // Applies the rules in one scan (see the header comment); returns whether anything changed.
