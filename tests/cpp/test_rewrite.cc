@@ -339,6 +339,33 @@ TEST(Rewrite, ANodeOnlySeenStaysWhoeverElseReadsIt) {
   EXPECT_EQ(g.nodes[1].op_type, "Sub");
 }
 
+TEST(Rewrite, ATreeIsTheLargestOneEndingAtItsRootWhenTheScanStartsAtTheLast) {
+  // y = Exp(Relu(Neg(a))): from the last node, one tree of three; at most two nodes, Neg stays.
+  for (const size_t most : {size_t{32}, size_t{2}}) {
+    Chain c = chain();
+    Graph& g = c.g;
+    g.nodes.back() = Node{"", "Exp", "/exp", {c.r}, {c.y}, {}};
+    const std::vector<std::string> unary{"Neg", "Relu", "Exp"};
+    auto member = [&](const Graph&, const Node& n, const Node&) {
+      return std::find(unary.begin(), unary.end(), n.op_type) != unary.end();
+    };
+    std::vector<NodeId> taken;
+    const Rule fuse{"unary tree -> one node", tree(member, most).as("root"),
+                    [&](const Graph&, const Match& m) {
+                      if (m.interior().empty()) return false;  // a tree of one node is left alone
+                      taken = m.interior();
+                      return true;
+                    },
+                    [](Graph&, const Match& m, const Node& root) {
+                      return Node{"", "Fused", "", {}, root.outputs, {}};
+                    }};
+    ASSERT_TRUE(apply(g, {fuse}, Scan::kLastToFirst));
+    EXPECT_EQ(taken, most == 2 ? std::vector<NodeId>{1} : (std::vector<NodeId>{1, 0}));  // breadth first
+    ASSERT_EQ(g.nodes.size(), most == 2 ? 2u : 1u);
+    EXPECT_EQ(g.nodes.back().op_type, "Fused");
+  }
+}
+
 TEST(Rewrite, UnknownCaptureNamesThrow) {
   Match m;
   EXPECT_THROW(m.node("nope"), std::out_of_range);

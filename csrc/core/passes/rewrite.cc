@@ -58,6 +58,13 @@ Input input(Input::Kind kind, std::string capture, std::shared_ptr<NodePattern> 
 bool near(double x, double value, double rtol) { return std::abs(x - value) <= rtol * std::abs(value); }
 }  // namespace
 
+NodePattern tree(std::function<bool(const Graph&, const Node& member, const Node& root)> member, size_t max_nodes) {
+  NodePattern p = where([member](const Graph& g, const Node& n) { return member(g, n, n); });
+  p.member = std::move(member);
+  p.max_nodes = max_nodes;
+  return p;
+}
+
 Input val(std::string capture) { return input(Input::Kind::kValue, std::move(capture)); }
 Input opt(std::string capture) {
   Input in = val(std::move(capture));
@@ -106,6 +113,7 @@ class Matcher {
     if (!p.accepts(g_, n)) return false;
     if (p.outputs >= 0 && static_cast<int>(n.outputs.size()) != p.outputs) return false;
     if (p.product) return product(id, p, m, k, look);
+    if (p.member) return tree(id, p, m, k, look);
     size_t required = 0;
     for (const Input& in : p.inputs) required += in.optional ? 0 : 1;
     if (n.inputs.size() < required || (!p.any_arity && n.inputs.size() > p.inputs.size())) return false;
@@ -226,6 +234,21 @@ class Matcher {
     }
   }
 
+  bool tree(NodeId root, const NodePattern& p, Match& m, const Cont& k, bool look) const {
+    if (!bind(m.nodes_, p.capture, root)) return false;
+    std::vector<NodeId> members{root};
+    for (size_t j = 0; j < members.size() && members.size() < p.max_nodes; ++j)
+      for (ValueId v : g_.nodes[members[j]].inputs) {
+        const NodeId q = producer_of(v);
+        if (q < 0 || members.size() >= p.max_nodes || std::find(members.begin(), members.end(), q) != members.end())
+          continue;
+        if (idx_.consumers[v].size() != 1 || pattern::is_graph_output(g_, v)) continue;
+        if (p.member(g_, g_.nodes[q], g_.nodes[root])) members.push_back(q);
+      }
+    if (!look) m.interior_.insert(m.interior_.end(), members.begin() + 1, members.end());
+    return k(m);
+  }
+
   bool product(NodeId id, const NodePattern& p, Match& m, const Cont& k, bool look) const {
     if (g_.nodes[id].inputs.size() != 2 || !bind(m.nodes_, p.capture, id)) return false;
     std::vector<NodeId> nodes;
@@ -286,13 +309,15 @@ bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const M
 
 }  // namespace
 
-bool apply(Graph& g, const std::vector<Rule>& rules) {
+bool apply(Graph& g, const std::vector<Rule>& rules, Scan order) {
   const GraphIndex idx(g);
   std::vector<char> drop(g.nodes.size(), 0);
   const Matcher matcher(g, idx, drop);
   std::vector<std::vector<Node>> before(g.nodes.size());  // nodes to insert ahead of node i
   bool changed = false;
-  for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()); ++i) {
+  const NodeId n_nodes = static_cast<NodeId>(g.nodes.size());
+  for (NodeId step = 0; step < n_nodes; ++step) {
+    const NodeId i = order == Scan::kFirstToLast ? step : n_nodes - 1 - step;
     if (drop[i]) continue;
     for (const Rule& rule : rules) {
       Match m = matcher.start();

@@ -73,6 +73,9 @@ struct NodePattern {
   int outputs = -1;             // required number of outputs (-1: any)
   bool product = false;         // a tree of two-input Muls, see product()
   double constant = 1.0, rtol = 0.0;  // product: its constant factor, within rtol
+  // tree(): which nodes the tree takes in (given the root), and how many at most.
+  std::function<bool(const Graph&, const Node& member, const Node& root)> member;
+  size_t max_nodes = 0;
   std::shared_ptr<NodePattern> reader;  // the root only: see read_by()
   std::string root_output;
 
@@ -99,6 +102,10 @@ NodePattern where(std::function<bool(const Graph&, const Node&)> accepts);
 // any operand order). Its scalar float constants multiply to `constant` (within the relative
 // tolerance `rtol`); its other leaves match `factors`, one each, in some order.
 NodePattern product(std::vector<Input> factors, double constant, double rtol = 0.0);
+// The largest tree of nodes rooted here that `member` accepts (the root included), grown from the
+// root towards the inputs, breadth first, through values only the tree reads, up to `max_nodes`.
+// Its nodes other than the root are the match's interior, in the order they were taken.
+NodePattern tree(std::function<bool(const Graph&, const Node& member, const Node& root)> member, size_t max_nodes);
 
 // Inputs: any present value; an optional one; a value some node matching `p` produces (as its
 // only reader, and no graph output) — the producer becomes an interior node of the match.
@@ -133,7 +140,10 @@ struct Rule {
   std::function<Replacement(Graph&, const Match&, const Node& root)> build;
 };
 
-// Applies the rules in one scan (see the header comment); returns whether anything changed.
-bool apply(Graph& g, const std::vector<Rule>& rules);
+// Applies the rules in one scan (see the header comment); returns whether anything changed. The
+// scan runs from the first node to the last, or from the last to the first (a rule whose match
+// grows towards the inputs, as tree() does, then takes the largest one at the last node).
+enum class Scan { kFirstToLast, kLastToFirst };
+bool apply(Graph& g, const std::vector<Rule>& rules, Scan order = Scan::kFirstToLast);
 
 }  // namespace torch_ort::rewrite
