@@ -117,5 +117,41 @@ TEST(Expression, AValueOfAnotherUnknownDimOrOfAGraphInputIsNoMonomial) {
   EXPECT_FALSE(eval::monomial(seq.g, idx, seq.x).has_value());  // a graph input: no data
 }
 
+// Two unknown dims of one size each would hide L - S; a truncating Cast at small square sizes would
+// hide that floor(√D) is no power of D; a mask's -inf fill is a constant all the same.
+TEST(Expression, NeitherDimsThatCancelNorRoundingPassForAConstantOrAPower) {
+  Graph g;
+  const ValueId q = g.add_value("q", DType::kFloat, Shape::of({Dim::symbolic("L"), Dim::symbolic("D")}));
+  const ValueId k = g.add_value("k", DType::kFloat, Shape::of({Dim::symbolic("S"), Dim::symbolic("D")}));
+  g.inputs = {q, k};
+  auto value = [&](const std::string& name, DType t) { return g.add_value(name, t, Shape::of({})); };
+  auto node = [&](const std::string& op, std::vector<ValueId> ins, ValueId out, Attributes a = {}) {
+    g.nodes.push_back(Node{"", op, "/" + g.value(out).name, std::move(ins), {out}, std::move(a)});
+    return out;
+  };
+  auto dim = [&](ValueId x, int64_t i, const std::string& name) {
+    const ValueId shape = node("Shape", {x}, g.add_value(name + "_shape", DType::kInt64, Shape::of({Dim::known(2)})));
+    const ValueId at = value(name + "_at", DType::kInt64);
+    g.initializers[at] = TensorData::from_int64s({i}, true);
+    return node("Gather", {shape, at}, value(name, DType::kInt64));
+  };
+  const ValueId diff = node("Sub", {dim(k, 0, "s"), dim(q, 0, "l")}, value("diff", DType::kInt64));
+  Attributes to_float, to_int;
+  to_float.set("to", int64_t{1});
+  to_int.set("to", int64_t{7});
+  const ValueId d = node("Cast", {dim(q, 1, "d")}, value("d_f", DType::kFloat), to_float);
+  const ValueId floor = node("Cast", {node("Sqrt", {d}, value("root", DType::kFloat))}, value("floor", DType::kInt64), to_int);
+  const ValueId floor_f = node("Cast", {floor}, value("floor_f", DType::kFloat), to_float);
+  const ValueId inf = value("fill", DType::kFloat);
+  g.initializers[inf] = TensorData::scalar_float(DType::kFloat, -std::numeric_limits<float>::infinity());
+  const GraphIndex idx(g);
+  EXPECT_FALSE(eval::monomial(g, idx, diff).has_value());  // S - L: two dims, neither last
+  const std::optional<eval::Monomial> root = eval::monomial(g, idx, g.find("root").value());
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->power, 0.5);
+  EXPECT_FALSE(eval::monomial(g, idx, floor_f).has_value());  // floor(√D) is no power of D
+  EXPECT_EQ(eval::scalar(g, idx, inf), -std::numeric_limits<double>::infinity());
+}
+
 }  // namespace
 }  // namespace torch_ort

@@ -17,10 +17,11 @@ struct Monomial {
   std::vector<ValueId> dim_of;
 };
 
-// v, one element computed from constants and shapes only, as a monomial; nullopt otherwise. It is
-// evaluated three times, each unknown dim a Shape node reads given a trial size (one for the last
-// dims, another for the rest); a value that depends on an unknown dim that is not last, or that
-// is no power (a multiple of 1/4) of the last one, fails the fit.
+// v, one element computed from constants and shapes only, as a monomial; nullopt otherwise.
+// Every unknown dim a Shape node reads gets a size of its own (one per symbol); v may depend on
+// one of them only, the last dim of the values in dim_of, as a power that is a multiple of 1/4,
+// checked on sizes where no rounding hides another function. A constant may be infinite (a mask's
+// fill); a monomial of a dim is finite and positive.
 std::optional<Monomial> monomial(const Graph& g, const GraphIndex& idx, ValueId v);
 
 // v as a constant scalar (a monomial that read no unknown dim), or nullopt.

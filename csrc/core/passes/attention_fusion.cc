@@ -56,7 +56,7 @@ bool causal_values(const TensorData& t, const Shape& qs, const Shape& ks) try {
 // constant (integer and bool values, Shape results among them, carry no gradient).
 bool gradient_free(const Graph& g, const Match& m, ValueId v, std::set<ValueId>& seen) {
   if (!seen.insert(v).second || !is_floating(g.value(v).dtype) || g.initializers.count(v)) return true;
-  const NodeId p = m.index().producer[v];
+  const NodeId p = v < static_cast<ValueId>(m.index().producer.size()) ? m.index().producer[v] : -1;
   if (p < 0) return false;  // a float graph input: a parameter or a user tensor
   for (ValueId in : g.nodes[p].inputs)
     if (in != kNoValue && !gradient_free(g, m, in, seen)) return false;

@@ -289,6 +289,7 @@ bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const M
   for (NodeId n : matched)
     for (ValueId v : g.nodes[n].outputs) {
       if (v == kNoValue || made.count(v)) continue;
+      if (v >= static_cast<ValueId>(idx.consumers.size())) return false;  // made in this scan: not known here
       if (pattern::is_graph_output(g, v)) return false;
       for (NodeId r : idx.consumers[v])
         if (!matched.count(r)) return false;

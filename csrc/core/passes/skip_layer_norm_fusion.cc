@@ -41,6 +41,13 @@ bool normalises_the_sum(const Graph& g, const rewrite::Match& m) {
     return false;
   for (ValueId in : g.nodes[m.node("add")].inputs)
     if (g.value(in).dtype != sv.dtype || !g.value(in).shape.same_as(sv.shape)) return false;
+  // Gamma and Beta exist where the fused node goes, the residual Add's place (checked here, before
+  // the builder retypes the statistics).
+  for (const char* p : {"gamma", "beta"}) {
+    const ValueId v = m.value(p);
+    if (v != kNoValue && v < static_cast<ValueId>(m.index().producer.size()) && m.index().producer[v] >= m.node("add"))
+      return false;
+  }
   return true;
 }
 
