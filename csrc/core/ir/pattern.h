@@ -115,23 +115,6 @@ inline bool swaps_last_two(const Graph& g, const Node& t) {
   return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
 }
 
-// Runs `try_at(index, node)` over the nodes, one rewrite at a time: a rewrite removes or moves
-// nodes, so the index is rebuilt and the scan starts again, until a scan rewrites nothing.
-// `try_at` returns whether it rewrote; each rewrite must remove at least one candidate node, so
-// the loop ends. Returns whether anything was rewritten.
-template <typename TryAt>
-bool rewrite_one_at_a_time(Graph& g, TryAt try_at) {
-  bool changed = false;
-  for (bool again = true; again;) {
-    again = false;
-    const GraphIndex idx(g);
-    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()) && !again; ++i)
-      again = try_at(idx, i);
-    changed |= again;
-  }
-  return changed;
-}
-
 // Rewrites the node at `at` into `with` in place, keeping its training-graph phase.
 inline void replace_node(Node& at, Node with) {
   with.in_backward = at.in_backward;
