@@ -75,7 +75,7 @@ Input scaled(Input x, const std::string& factor) {
   return one_of({from(op("Mul").commutative().in({x, val(factor)})), x});
 }
 
-Input scores() {
+Input attention_scores() {
   const Input kt = one_of({from(where([](const Graph&, const Node& n) { return perm_is(n, {0, 1, 3, 2}); })
                                     .in({val("k")})),
                            from(op("Reshape").as("k_back").in(
@@ -97,7 +97,7 @@ Input causal_mask() {
 // P: the softmax output through up to `depth` nodes that leave its values unchanged (or drop them).
 Input probabilities(int depth, bool shared) {
   const NodePattern softmax = op("Softmax").as("softmax").in(
-      {one_of({from(op("Add").commutative().in({scores(), one_of({causal_mask(), val("")}, "mask")})), scores()})});
+      {one_of({from(op("Add").commutative().in({attention_scores(), one_of({causal_mask(), val("")}, "mask")})), attention_scores()})});
   std::vector<Input> alternatives{made_by(softmax, shared)};
   if (depth > 0) {
     const std::string d = std::to_string(depth);

@@ -46,7 +46,7 @@ Node bias_dropout(Graph& g, const rewrite::Match& m, bool bias, bool residual) {
   return Node{kOurDomain, "BiasDropout", d.name, std::move(ins), std::move(outs), d.attrs};
 }
 
-rewrite::Rule rule(bool bias, bool residual) {
+rewrite::Rule bias_dropout_rule(bool bias, bool residual) {
   using namespace rewrite;
   const Input data = bias ? from(op("Add").commutative().in({val("bias"), val("x")}), "d") : val("x");
   NodePattern root = op("Dropout").as("dropout").in({data, opt("ratio"), opt("mode")});
@@ -73,7 +73,7 @@ class BiasDropoutFusion final : public Pass {
  public:
   std::string_view name() const override { return "bias_dropout_fusion"; }
   bool run(Graph& g) override {
-    return rewrite::apply(g, {rule(true, true), rule(false, true), rule(true, false)});
+    return rewrite::apply(g, {bias_dropout_rule(true, true), bias_dropout_rule(false, true), bias_dropout_rule(true, false)});
   }
 };
 

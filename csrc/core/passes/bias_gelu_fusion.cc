@@ -48,7 +48,7 @@ std::string approximation(const Graph& g, const Match& m, Form form) {
   }
 }
 
-Rule rule(Form form, bool fold_bias) {
+Rule gelu_rule(Form form, bool fold_bias) {
   // x = Add(z, bias), every reader of x inside the GELU.
   Input x = fold_bias ? inside(op("Add").commutative().in({val("z"), val("bias")}), "x") : val("x");
   NodePattern root = form == Form::kOp ? op("Gelu").as("gelu").with_outputs(1).in({std::move(x)})
@@ -80,7 +80,7 @@ class BiasGeluFusion final : public Pass {
   bool run(Graph& g) override {
     std::vector<Rule> rules;
     for (Form form : {Form::kOp, Form::kTanh, Form::kErf})
-      for (bool fold_bias : {true, false}) rules.push_back(rule(form, fold_bias));
+      for (bool fold_bias : {true, false}) rules.push_back(gelu_rule(form, fold_bias));
     return rewrite::apply(g, rules);
   }
 };

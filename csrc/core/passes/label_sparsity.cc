@@ -34,7 +34,7 @@ bool lm_head_product(const Graph& g, const Node& p) {
 
 // The loss's scores: Reshape([Cast](X·W), (-1, V)), each step only looked at (the full product may
 // be read elsewhere: returned logits).
-rewrite::Input scores() {
+rewrite::Input loss_scores() {
   using namespace rewrite;
   const Input product = sees(where(lm_head_product).as("product").at_least_these_inputs().in({val("x"), val("w")}),
                              "logits");
@@ -133,7 +133,7 @@ class LabelSparsity final : public Pass {
       return is_onnx(n, "SoftmaxCrossEntropyLoss") || is_ours(n, "CrossEntropyLoss");
     };
     static const Rule kRule{"cross-entropy(rows of X·W) -> the same over the rows whose label counts",
-                            where(cross_entropy).as("loss").at_least_these_inputs().in({scores(), val("labels")}),
+                            where(cross_entropy).as("loss").at_least_these_inputs().in({loss_scores(), val("labels")}),
                             [](const Graph& g, const Match& m) { return classes(g, m).has_value(); }, gather_rows};
     return rewrite::apply(g, {kRule});
   }

@@ -51,7 +51,7 @@ bool head_product(const Graph&, const Node& p) {
 
 // The scores from the product: [Reshape to (-1, V)]([Cast]([Gemma's c·tanh(P / c)](P))). Every
 // step is only looked at: the loss alone is replaced, and dce removes what no one else reads.
-rewrite::Input scores() {
+rewrite::Input head_scores() {
   using namespace rewrite;
   const Input product = sees(where(head_product).as("product").at_least_these_inputs().in({val("x"), val("w")}), "logits");
   const Input tanh = sees(op("Tanh").as("tanh").in({sees(op("Div").as("div").in({product, val("divisor")}))}));
@@ -165,7 +165,7 @@ class LinearCrossEntropyFusion final : public Pass {
       return is_onnx(n, "SoftmaxCrossEntropyLoss") || is_ours(n, "CrossEntropyLoss");
     };
     static const Rule kRule{"cross-entropy(rows of X·W over many classes) -> LinearCrossEntropy",
-                            where(cross_entropy).as("loss").in({scores(), val("labels"), opt("weights")}),
+                            where(cross_entropy).as("loss").in({head_scores(), val("labels"), opt("weights")}),
                             [](const Graph& g, const Match& m) {
                               double softcap = 0;
                               bool full_kept = false;

@@ -77,7 +77,7 @@ Node skip_layer_norm(Graph& g, const rewrite::Match& m, bool fold_bias) {
   return Node{kOurDomain, "SkipLayerNorm", ln.name, std::move(ins), std::move(outs), std::move(a)};
 }
 
-rewrite::Rule rule(bool fold_bias) {
+rewrite::Rule skip_layer_norm_rule(bool fold_bias) {
   using namespace rewrite;
   // a = Add(x, bias) read only by the residual Add (either operand, bias on either side).
   const Input a = fold_bias ? from(op("Add").commutative().in({val("bias"), val("x")}), "a") : val("a");
@@ -100,7 +100,7 @@ rewrite::Rule rule(bool fold_bias) {
 class SkipLayerNormFusion final : public Pass {
  public:
   std::string_view name() const override { return "skip_layer_norm_fusion"; }
-  bool run(Graph& g) override { return rewrite::apply(g, {rule(true), rule(false)}); }
+  bool run(Graph& g) override { return rewrite::apply(g, {skip_layer_norm_rule(true), skip_layer_norm_rule(false)}); }
 };
 
 }  // namespace
