@@ -19,6 +19,12 @@ inline bool is_onnx(const Node& n, std::string_view op) {
 // An op of our domain (com.torch_ort) of this type.
 inline bool is_ours(const Node& n, std::string_view op) { return n.op_type == op && n.domain == kOurDomain; }
 
+// A classification loss with logits and labels: ONNX's SoftmaxCrossEntropyLoss, or ours with
+// label smoothing.
+inline bool is_cross_entropy(const Node& n) {
+  return is_onnx(n, "SoftmaxCrossEntropyLoss") || is_ours(n, "CrossEntropyLoss");
+}
+
 inline bool is_graph_output(const Graph& g, ValueId v) {
   for (ValueId o : g.outputs)
     if (o == v) return true;

@@ -65,9 +65,7 @@ std::optional<int64_t> classes(const Graph& g, const rewrite::Match& m) {
 
 // Read by anything but the chain to this loss: the full product is computed anyway.
 bool full_kept(const Graph& g, const rewrite::Match& m) {
-  auto only = [&](ValueId v, NodeId reader) {
-    return m.readers(v).size() == 1 && m.readers(v)[0] == reader && !is_graph_output(g, v);
-  };
+  auto only = [&](ValueId v, NodeId reader) { return only_read_by(g, m.index(), v, reader); };
   const bool cast = m.has("cast");
   const ValueId via = cast ? m.value("cast_out") : m.value("logits");
   return !only(via, m.node("reshape")) || (cast && !only(m.value("logits"), m.node("cast")));
@@ -129,9 +127,7 @@ class LabelSparsity final : public Pass {
   std::string_view name() const override { return "label_sparsity"; }
   bool run(Graph& g) override {
     using namespace rewrite;
-    auto cross_entropy = [](const Graph&, const Node& n) {
-      return is_onnx(n, "SoftmaxCrossEntropyLoss") || is_ours(n, "CrossEntropyLoss");
-    };
+    auto cross_entropy = [](const Graph&, const Node& n) { return is_cross_entropy(n); };
     static const Rule kRule{"cross-entropy(rows of X·W) -> the same over the rows whose label counts",
                             where(cross_entropy).as("loss").at_least_these_inputs().in({loss_scores(), val("labels")}),
                             [](const Graph& g, const Match& m) { return classes(g, m).has_value(); }, gather_rows};

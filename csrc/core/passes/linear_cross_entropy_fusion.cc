@@ -34,9 +34,9 @@ using namespace pattern;
 // enough to run at full speed, and dW's accumulation re-read a few times per step at most.
 constexpr int64_t kChunkBytes = int64_t{128} << 20;
 
-// Read by `reader` only (and no graph output).
+// Read by `reader` only (and no graph output), in the graph as the scan began.
 bool only_reader(const Graph& g, const rewrite::Match& m, ValueId v, NodeId reader) {
-  return m.readers(v).size() == 1 && m.readers(v)[0] == reader && !is_graph_output(g, v);
+  return only_read_by(g, m.index(), v, reader);
 }
 
 bool unread(const Graph& g, const rewrite::Match& m, const Node& n, size_t k) {
@@ -161,9 +161,7 @@ class LinearCrossEntropyFusion final : public Pass {
   std::string_view name() const override { return "linear_cross_entropy_fusion"; }
   bool run(Graph& g) override {
     using namespace rewrite;
-    auto cross_entropy = [](const Graph&, const Node& n) {
-      return is_onnx(n, "SoftmaxCrossEntropyLoss") || is_ours(n, "CrossEntropyLoss");
-    };
+    auto cross_entropy = [](const Graph&, const Node& n) { return is_cross_entropy(n); };
     static const Rule kRule{"cross-entropy(rows of X·W over many classes) -> LinearCrossEntropy",
                             where(cross_entropy).as("loss").in({head_scores(), val("labels"), opt("weights")}),
                             [](const Graph& g, const Match& m) {
