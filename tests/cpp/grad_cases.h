@@ -12,7 +12,7 @@
 
 namespace torch_ort::gradcheck {
 
-using ref::RefTensor;
+using ref::Tensor;
 using Dims = std::vector<int64_t>;
 using I = int64_t;  // int attributes in the tables: {"axis", I{1}}
 

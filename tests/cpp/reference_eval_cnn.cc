@@ -86,12 +86,12 @@ Dims cat(std::initializer_list<int64_t> head, const Dims& tail) {
 // Conv / ConvTranspose and their gradients in one loop over (n, input channel, output channel in
 // the group, output position, kernel offset): every (x, w, y) triple that meets once.
 struct ConvIo {
-  const RefTensor *x, *w;
+  const Tensor *x, *w;
   Geo g;
   int64_t N, C, M, groups;
   bool transposed;
 };
-ConvIo conv_io(const Node& n, const RefTensor& x, const RefTensor& w, bool transposed) {
+ConvIo conv_io(const Node& n, const Tensor& x, const Tensor& w, bool transposed) {
   const int64_t groups = n.attrs.get_int("group", 1);
   ConvIo io{&x, &w, geometry(n, x.shape, Dims(w.shape.begin() + 2, w.shape.end()), transposed), x.shape[0],
             x.shape[1], transposed ? w.shape[1] * groups : w.shape[0], groups, transposed};
@@ -121,22 +121,21 @@ void conv_triples(const ConvIo& io, const std::function<void(int64_t xo, int64_t
 }
 Outs conv(const Node& n, const Ins& in, bool transposed) {
   ConvIo io = conv_io(n, *in.at(0), *in.at(1), transposed);
-  RefTensor y = RefTensor::zeros(in[0]->dtype, cat({io.N, io.M}, io.g.out));
-  conv_triples(io, [&](int64_t xo, int64_t wo, int64_t yo, int64_t) { y.data[yo] += in[0]->data[xo] * in[1]->data[wo]; });
+  Tensor y = zeros(in[0]->dtype, cat({io.N, io.M}, io.g.out));
+  conv_triples(io, [&](int64_t xo, int64_t wo, int64_t yo, int64_t) { y.reals[yo] += in[0]->reals[xo] * in[1]->reals[wo]; });
   if (in.size() > 2 && in[2])
-    for (int64_t i = 0; i < y.numel(); ++i) y.data[i] += in[2]->data[(i / prod(io.g.out)) % io.M];
+    for (int64_t i = 0; i < y.numel(); ++i) y.reals[i] += in[2]->reals[(i / prod(io.g.out)) % io.M];
   return {y};
 }
 Outs conv_grad(const Node& n, const Ins& in, bool transposed) {  // (dY, X, W) -> (dX, dW, dB)
-  const RefTensor& dy = *in.at(0);
+  const Tensor& dy = *in.at(0);
   ConvIo io = conv_io(n, *in.at(1), *in.at(2), transposed);
-  RefTensor dx = RefTensor::zeros(dy.dtype, io.x->shape), dw = RefTensor::zeros(dy.dtype, io.w->shape),
-            db = RefTensor::zeros(dy.dtype, {io.M});
+  Tensor dx = zeros(dy.dtype, io.x->shape), dw = zeros(dy.dtype, io.w->shape), db = zeros(dy.dtype, {io.M});
   conv_triples(io, [&](int64_t xo, int64_t wo, int64_t yo, int64_t) {
-    dx.data[xo] += dy.data[yo] * io.w->data[wo];
-    dw.data[wo] += dy.data[yo] * io.x->data[xo];
+    dx.reals[xo] += dy.reals[yo] * io.w->reals[wo];
+    dw.reals[wo] += dy.reals[yo] * io.x->reals[xo];
   });
-  for (int64_t i = 0; i < dy.numel(); ++i) db.data[(i / prod(io.g.out)) % io.M] += dy.data[i];
+  for (int64_t i = 0; i < dy.numel(); ++i) db.reals[(i / prod(io.g.out)) % io.M] += dy.reals[i];
   return {dx, dw, db};
 }
 
@@ -157,29 +156,29 @@ void pool_windows(const Geo& g, int64_t planes, const std::function<void(int64_t
 Geo pool_geo(const Node& n, const Dims& x) { return geometry(n, x, n.attrs.get_ints("kernel_shape", {}), false); }
 
 Outs max_pool(const Node& n, const Ins& in) {
-  const RefTensor& x = *in.at(0);
+  const Tensor& x = *in.at(0);
   const Geo g = pool_geo(n, x.shape);
   const Dims ys = cat({x.shape[0], x.shape[1]}, g.out);
-  RefTensor y = RefTensor::zeros(x.dtype, ys), idx = RefTensor::zeros(DType::kInt64, ys);
-  std::fill(y.data.begin(), y.data.end(), -INFINITY);
+  Tensor y = zeros(x.dtype, ys), idx = zeros(DType::kInt64, ys);
+  std::fill(y.reals.begin(), y.reals.end(), -INFINITY);
   pool_windows(g, x.shape[0] * x.shape[1], [&](int64_t o, int64_t i) {
-    if (i >= 0 && x.data[i] > y.data[o]) y.data[o] = x.data[i], idx.data[o] = double(i);
+    if (i >= 0 && x.reals[i] > y.reals[o]) y.reals[o] = x.reals[i], idx.ints[o] = i;
   });
   return {y, idx};
 }
-Outs average_pool(const Node& n, const Ins& in, const RefTensor* dy_for_grad, const Dims& x_shape) {
+Outs average_pool(const Node& n, const Ins& in, const Tensor* dy_for_grad, const Dims& x_shape) {
   const Geo g = pool_geo(n, x_shape);
   const bool with_pads = n.attrs.get_int("count_include_pad", 0) != 0;
   const int64_t planes = x_shape[0] * x_shape[1];
   std::vector<double> count(size_t(planes * prod(g.out)), 0.0);
   pool_windows(g, planes, [&](int64_t o, int64_t i) { count[o] += (i >= 0 || with_pads) ? 1 : 0; });
   if (dy_for_grad) {  // dX[i] += dY[o] / count[o]
-    RefTensor dx = RefTensor::zeros(dy_for_grad->dtype, x_shape);
-    pool_windows(g, planes, [&](int64_t o, int64_t i) { if (i >= 0) dx.data[i] += dy_for_grad->data[o] / count[o]; });
+    Tensor dx = zeros(dy_for_grad->dtype, x_shape);
+    pool_windows(g, planes, [&](int64_t o, int64_t i) { if (i >= 0) dx.reals[i] += dy_for_grad->reals[o] / count[o]; });
     return {dx};
   }
-  RefTensor y = RefTensor::zeros(in[0]->dtype, cat({x_shape[0], x_shape[1]}, g.out));
-  pool_windows(g, planes, [&](int64_t o, int64_t i) { if (i >= 0) y.data[o] += in[0]->data[i] / count[o]; });
+  Tensor y = zeros(in[0]->dtype, cat({x_shape[0], x_shape[1]}, g.out));
+  pool_windows(g, planes, [&](int64_t o, int64_t i) { if (i >= 0) y.reals[o] += in[0]->reals[i] / count[o]; });
   return {y};
 }
 
@@ -188,34 +187,30 @@ struct Channels {
   int64_t C, inner, count;
   int64_t of(int64_t i) const { return (i / inner) % C; }
 };
-Channels channels(const RefTensor& x) {
+Channels channels(const Tensor& x) {
   const int64_t inner = prod(Dims(x.shape.begin() + 2, x.shape.end()));
   return {x.shape.at(1), inner, x.shape[0] * inner};
 }
-void batch_stats(const RefTensor& x, std::vector<double>& mean, std::vector<double>& var) {
+void batch_stats(const Tensor& x, std::vector<double>& mean, std::vector<double>& var) {
   const Channels ch = channels(x);
   mean.assign(ch.C, 0), var.assign(ch.C, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) mean[ch.of(i)] += x.data[i] / ch.count;
-  for (int64_t i = 0; i < x.numel(); ++i) var[ch.of(i)] += std::pow(x.data[i] - mean[ch.of(i)], 2) / ch.count;
+  for (int64_t i = 0; i < x.numel(); ++i) mean[ch.of(i)] += x.reals[i] / ch.count;
+  for (int64_t i = 0; i < x.numel(); ++i) var[ch.of(i)] += std::pow(x.reals[i] - mean[ch.of(i)], 2) / ch.count;
 }
 double param(const Ins& in, size_t k, int64_t c, double dflt) {
-  return in.size() > k && in[k] ? in[k]->data[c] : dflt;
+  return in.size() > k && in[k] ? in[k]->reals[c] : dflt;
 }
-RefTensor normalize(const Ins& in, const std::vector<double>& mean, const std::vector<double>& var, double eps) {
-  const RefTensor& x = *in[0];
+Tensor normalize(const Ins& in, const std::vector<double>& mean, const std::vector<double>& var, double eps) {
+  const Tensor& x = *in[0];
   const Channels ch = channels(x);
-  RefTensor y = x;
+  Tensor y = x;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t c = ch.of(i);
-    y.data[i] = (x.data[i] - mean[c]) / std::sqrt(var[c] + eps) * param(in, 1, c, 1) + param(in, 2, c, 0);
+    y.reals[i] = (x.reals[i] - mean[c]) / std::sqrt(var[c] + eps) * param(in, 1, c, 1) + param(in, 2, c, 0);
   }
   return y;
 }
-RefTensor per_channel(DType t, const std::vector<double>& v) {
-  RefTensor r = RefTensor::zeros(t, {int64_t(v.size())});
-  r.data = v;
-  return r;
-}
+Tensor per_channel(DType t, const std::vector<double>& v) { return Tensor::of_reals(t, {int64_t(v.size())}, v); }
 
 const bool kRegistered = [] {
   register_op("", "Conv", [](const Node& n, const Ins& in) { return conv(n, in, false); });
@@ -223,38 +218,39 @@ const bool kRegistered = [] {
   register_op(kOurDomain, "ConvGrad", [](const Node& n, const Ins& in) { return conv_grad(n, in, false); });
   register_op(kOurDomain, "ConvTransposeGrad", [](const Node& n, const Ins& in) { return conv_grad(n, in, true); });
   register_op("", "MaxPool", max_pool);
-  register_op(kOurDomain, "MaxPoolGrad", [](const Node&, const Ins& in) {  // (dY, Indices, shape(X))
-    RefTensor dx = RefTensor::zeros(in[0]->dtype, Dims(in.at(2)->data.begin(), in[2]->data.end()));
-    for (int64_t j = 0; j < in[0]->numel(); ++j) dx.data.at(size_t(in.at(1)->data[j])) += in[0]->data[j];
+  register_op(kOurDomain, "MaxPoolGrad", [](const Node& n, const Ins& in) {  // (dY, Indices, shape(X))
+    Tensor dx = zeros(in[0]->dtype, ints_of(n, *in.at(2)));
+    const Dims& idx = ints_of(n, *in.at(1));
+    for (int64_t j = 0; j < in[0]->numel(); ++j) dx.reals.at(size_t(idx.at(j))) += in[0]->reals[j];
     return Outs{dx};
   });
   register_op("", "AveragePool", [](const Node& n, const Ins& in) { return average_pool(n, in, nullptr, in.at(0)->shape); });
   register_op(kOurDomain, "AveragePoolGrad", [](const Node& n, const Ins& in) {  // (dY, shape(X))
-    return average_pool(n, in, in.at(0), Dims(in.at(1)->data.begin(), in[1]->data.end()));
+    return average_pool(n, in, in.at(0), ints_of(n, *in.at(1)));
   });
   auto global = [](bool max) {
     return [max](const Node&, const Ins& in) {
-      const RefTensor& x = *in.at(0);
+      const Tensor& x = *in.at(0);
       Dims s = x.shape;
       std::fill(s.begin() + 2, s.end(), 1);
-      RefTensor y = RefTensor::zeros(x.dtype, s);
+      Tensor y = zeros(x.dtype, s);
       const int64_t inner = x.numel() / y.numel();
       for (int64_t i = 0; i < x.numel(); ++i)
-        y.data[i / inner] = max ? (i % inner ? std::max(y.data[i / inner], x.data[i]) : x.data[i])
-                                : y.data[i / inner] + x.data[i] / inner;
+        y.reals[i / inner] = max ? (i % inner ? std::max(y.reals[i / inner], x.reals[i]) : x.reals[i])
+                                : y.reals[i / inner] + x.reals[i] / inner;
       return Outs{y};
     };
   };
   register_op("", "GlobalAveragePool", global(false));
   register_op("", "GlobalMaxPool", global(true));
   register_op(kOurDomain, "GlobalMaxPoolGrad", [](const Node&, const Ins& in) {  // (dY, X, Y): ties share
-    const RefTensor &dy = *in.at(0), &x = *in.at(1), &y = *in.at(2);
-    RefTensor dx = RefTensor::zeros(x.dtype, x.shape);
+    const Tensor &dy = *in.at(0), &x = *in.at(1), &y = *in.at(2);
+    Tensor dx = zeros(x.dtype, x.shape);
     const int64_t inner = x.numel() / y.numel();
     std::vector<double> ties(size_t(y.numel()), 0);
-    for (int64_t i = 0; i < x.numel(); ++i) ties[i / inner] += x.data[i] == y.data[i / inner];
+    for (int64_t i = 0; i < x.numel(); ++i) ties[i / inner] += x.reals[i] == y.reals[i / inner];
     for (int64_t i = 0; i < x.numel(); ++i)
-      if (x.data[i] == y.data[i / inner]) dx.data[i] = dy.data[i / inner] / ties[i / inner];
+      if (x.reals[i] == y.reals[i / inner]) dx.reals[i] = dy.reals[i / inner] / ties[i / inner];
     return Outs{dx};
   });
   // ONNX: inference with the given statistics, or training_mode=1 with batch statistics and
@@ -262,8 +258,8 @@ const bool kRegistered = [] {
   register_op("", "BatchNormalization", [](const Node& n, const Ins& in) {
     const double eps = n.attrs.get_float("epsilon", 1e-5f), m = n.attrs.get_float("momentum", 0.9f);
     if (!n.attrs.get_int("training_mode", 0))
-      return Outs{normalize(in, in.at(3)->data, in.at(4)->data, eps)};
-    std::vector<double> mean, var, rm(in.at(3)->data), rv(in.at(4)->data);
+      return Outs{normalize(in, in.at(3)->reals, in.at(4)->reals, eps)};
+    std::vector<double> mean, var, rm(in.at(3)->reals), rv(in.at(4)->reals);
     batch_stats(*in[0], mean, var);
     for (size_t c = 0; c < mean.size(); ++c) rm[c] = rm[c] * m + mean[c] * (1 - m), rv[c] = rv[c] * m + var[c] * (1 - m);
     return Outs{normalize(in, mean, var, eps), per_channel(in[3]->dtype, rm), per_channel(in[4]->dtype, rv)};
@@ -286,30 +282,29 @@ const bool kRegistered = [] {
   });
   // (dY, X, [scale], [mean], [inv_std | var]) -> (dX, dScale, dB)
   register_op(kOurDomain, "BatchNormalizationGrad", [](const Node& n, const Ins& in) {
-    const RefTensor &dy = *in.at(0), &x = *in.at(1);
+    const Tensor &dy = *in.at(0), &x = *in.at(1);
     const double eps = n.attrs.get_float("epsilon", 1e-5f);
     const bool training = n.attrs.get_int("training", 1) != 0;
     const Channels ch = channels(x);
     std::vector<double> mean, inv_std, var;
     if (in.size() > 4 && in[3] && in[4]) {
-      mean = in[3]->data;
-      for (double v : in[4]->data) inv_std.push_back(training ? v : 1 / std::sqrt(v + eps));
+      mean = in[3]->reals;
+      for (double v : in[4]->reals) inv_std.push_back(training ? v : 1 / std::sqrt(v + eps));
     } else {
       batch_stats(x, mean, var);
       for (double v : var) inv_std.push_back(1 / std::sqrt(v + eps));
     }
-    RefTensor dx = RefTensor::zeros(x.dtype, x.shape), ds = RefTensor::zeros(x.dtype, {ch.C}),
-              db = RefTensor::zeros(x.dtype, {ch.C});
+    Tensor dx = zeros(x.dtype, x.shape), ds = zeros(x.dtype, {ch.C}), db = zeros(x.dtype, {ch.C});
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t c = ch.of(i);
-      db.data[c] += dy.data[i];
-      ds.data[c] += dy.data[i] * (x.data[i] - mean[c]) * inv_std[c];
+      db.reals[c] += dy.reals[i];
+      ds.reals[c] += dy.reals[i] * (x.reals[i] - mean[c]) * inv_std[c];
     }
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t c = ch.of(i);
       const double k = param(in, 2, c, 1) * inv_std[c];
-      const double xhat = (x.data[i] - mean[c]) * inv_std[c];
-      dx.data[i] = training ? k * (dy.data[i] - db.data[c] / ch.count - xhat * ds.data[c] / ch.count) : k * dy.data[i];
+      const double xhat = (x.reals[i] - mean[c]) * inv_std[c];
+      dx.reals[i] = training ? k * (dy.reals[i] - db.reals[c] / ch.count - xhat * ds.reals[c] / ch.count) : k * dy.reals[i];
     }
     return Outs{dx, ds, db};
   });

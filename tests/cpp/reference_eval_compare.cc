@@ -10,7 +10,6 @@
 namespace torch_ort::ref {
 namespace {
 
-
 // Right-aligned broadcasting of `in` inside `out` (the offset of out index `idx` in `in`).
 int64_t bcast_at(const Dims& idx, const Dims& in) {
   Dims j(in.size());
@@ -30,13 +29,13 @@ Dims bcast(const Node& n, const Ins& xs) {
   }
   return r;
 }
-RefTensor nary(const Node& n, const Ins& xs, DType dt, const std::function<double(const std::vector<double>&)>& f) {
-  RefTensor r = RefTensor::zeros(dt, bcast(n, xs));
+Tensor nary(const Node& n, const Ins& xs, DType dt, const std::function<double(const std::vector<double>&)>& f) {
+  Tensor r = zeros(dt, bcast(n, xs));
   std::vector<double> v(xs.size());
   for (int64_t i = 0; i < r.numel(); ++i) {
     Dims idx = unravel(i, r.shape);
-    for (size_t k = 0; k < xs.size(); ++k) v[k] = xs[k]->data[bcast_at(idx, xs[k]->shape)];
-    r.data[i] = f(v);
+    for (size_t k = 0; k < xs.size(); ++k) v[k] = get(*xs[k], bcast_at(idx, xs[k]->shape));
+    set(r, i, f(v));
   }
   return r;
 }
@@ -47,26 +46,24 @@ OpFn binary(DType dt, double (*f)(double, double)) {
   };
 }
 
-
 const bool kRegistered = [] {
   const auto reg = [](const char* op, OpFn f) { register_op("", op, std::move(f)); };
   const auto ours = [](const char* op, OpFn f) { register_op(kOurDomain, op, std::move(f)); };
   reg("Trilu", [](const Node& n, const Ins& in) -> Outs {
-    const int64_t k = in.size() > 1 && in[1] ? int64_t(in[1]->data.at(0)) : 0, r = X(0).shape.size();
+    const int64_t k = in.size() > 1 && in[1] ? ints_of(n, *in[1]).at(0) : 0, r = X(0).shape.size();
     const bool upper = n.attrs.get_int("upper", 1) != 0;
-    RefTensor y = X(0);
+    Tensor y = X(0);
     for (int64_t i = 0; i < y.numel(); ++i) {
       Dims idx = unravel(i, y.shape);
       const int64_t off = idx[r - 1] - idx[r - 2];  // column - row
-      if (upper ? off < k : off > k) y.data[i] = 0;
+      if (upper ? off < k : off > k) set(y, i, 0);
     }
     return {y};
   });
   reg("Range", [](const Node&, const Ins& in) -> Outs {
-    const double s = X(0).data.at(0), l = X(1).data.at(0), d = X(2).data.at(0);
-    RefTensor r{X(0).dtype, {0}, {}};
-    for (int64_t i = 0, n = std::max<int64_t>(int64_t(std::ceil((l - s) / d)), 0); i < n; ++i) r.data.push_back(s + i * d);
-    r.shape[0] = int64_t(r.data.size());
+    const double s = get(X(0), 0), l = get(X(1), 0), d = get(X(2), 0);
+    Tensor r = zeros(X(0).dtype, {std::max<int64_t>(int64_t(std::ceil((l - s) / d)), 0)});
+    for (int64_t i = 0; i < r.numel(); ++i) set(r, i, s + i * d);
     return {r};
   });
   for (const bool is_max : {true, false})
@@ -75,16 +72,16 @@ const bool kRegistered = [] {
         return is_max ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end()); })};
     });
   ours("MinMaxGrad", [](const Node& n, const Ins& in) -> Outs {  // (dY, Y, X_0, ...) -> dX_i
-    const RefTensor &dy = X(0), &y = X(1);
+    const Tensor &dy = X(0), &y = X(1);
     Outs r;
-    for (size_t i = 2; i < in.size(); ++i) r.push_back(RefTensor::zeros(dy.dtype, X(i).shape));
+    for (size_t i = 2; i < in.size(); ++i) r.push_back(zeros(dy.dtype, X(i).shape));
     for (int64_t j = 0; j < y.numel(); ++j) {
       const Dims idx = unravel(j, y.shape);
       int64_t ties = 0;
-      for (size_t i = 2; i < in.size(); ++i) ties += X(i).data[bcast_at(idx, X(i).shape)] == y.data[j];
+      for (size_t i = 2; i < in.size(); ++i) ties += X(i).reals[bcast_at(idx, X(i).shape)] == y.reals[j];
       if (ties == 0) fail(n, "Y is none of the inputs");
       for (size_t i = 2; i < in.size(); ++i)
-        if (X(i).data[bcast_at(idx, X(i).shape)] == y.data[j]) r[i - 2].data[bcast_at(idx, X(i).shape)] += dy.data[j] / ties;
+        if (X(i).reals[bcast_at(idx, X(i).shape)] == y.reals[j]) r[i - 2].reals[bcast_at(idx, X(i).shape)] += dy.reals[j] / ties;
     }
     return r;
   });

@@ -62,10 +62,10 @@ TEST(Eval, OracleDelegatesTheEvaluatorsOps) {
   EXPECT_TRUE(eval::has_op("", "Gather"));
   EXPECT_FALSE(eval::has_op("", "MatMul"));
   Node g = op("Gather");
-  const ref::RefTensor x{DType::kFloat, {3}, {1.5, 2.5, 3.5}}, idx{DType::kInt64, {2}, {2, -3}};
+  const Tensor x = Tensor::of_reals(DType::kFloat, {3}, {1.5, 2.5, 3.5}), idx = ref::ints({2, -3});
   const auto out = ref::eval_node(g, {&x, &idx});
-  EXPECT_EQ(out.at(0).data, (std::vector<double>{3.5, 1.5}));
-  const ref::RefTensor bad{DType::kInt64, {1}, {3}};
+  EXPECT_EQ(out.at(0).reals, (std::vector<double>{3.5, 1.5}));
+  const Tensor bad = ref::ints({3});
   EXPECT_THROW(ref::eval_node(g, {&x, &bad}), std::runtime_error);
 }
 

@@ -160,36 +160,35 @@ std::vector<Case> cases() {
 }
 
 // ----- the oracle itself, against hand-computed values ---------------------------------------
-std::vector<ref::RefTensor> run(const std::string& op, std::vector<RefTensor> ins, Attributes a = {},
-                                const std::string& domain = "") {
-  std::vector<const RefTensor*> p;
+ref::Outs run(const std::string& op, std::vector<Tensor> ins, Attributes a = {}, const std::string& domain = "") {
+  ref::Ins p;
   for (auto& t : ins) p.push_back(&t);
   return ref::eval_node(Node{domain, op, "/t", {}, {}, std::move(a)}, p);
 }
-RefTensor T(Dims s, std::vector<double> d, DType dt = DType::kDouble) { return {dt, std::move(s), std::move(d)}; }
+Tensor T(Dims s, std::vector<double> d) { return Tensor::of_reals(DType::kDouble, std::move(s), std::move(d)); }
 
 TEST(ReferenceEval, CrossEntropyWeightsAndIgnoreIndex) {
-  RefTensor scores = T({2, 3}, {0, 0, 0, 1, 2, 3}), labels = T({2}, {0, 2}, DType::kInt64), w = T({3}, {1, 2, 3});
+  Tensor scores = T({2, 3}, {0, 0, 0, 1, 2, 3}), labels = ref::ints({0, 2}), w = T({3}, {1, 2, 3});
   const double l0 = std::log(3.0), l1 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
-  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels, w})[0].data[0], (l0 + 3 * l1) / 4, 1e-12);
-  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels, w}, A({{"reduction", kSum}}))[0].data[0], l0 + 3 * l1, 1e-12);
-  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels}, A({{"ignore_index", I{2}}}))[0].data[0], l0, 1e-12);
+  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels, w})[0].reals[0], (l0 + 3 * l1) / 4, 1e-12);
+  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels, w}, A({{"reduction", kSum}}))[0].reals[0], l0 + 3 * l1, 1e-12);
+  EXPECT_NEAR(run("SoftmaxCrossEntropyLoss", {scores, labels}, A({{"ignore_index", I{2}}}))[0].reals[0], l0, 1e-12);
   auto none = run("NegativeLogLikelihoodLoss", {scores, labels, w}, A({{"reduction", kNone}}));
-  EXPECT_EQ(none[0].data, (std::vector<double>{-0.0, -9.0}));
+  EXPECT_EQ(none[0].reals, (std::vector<double>{-0.0, -9.0}));
 }
 
 TEST(ReferenceEval, ShapesAndLinearAlgebra) {
-  auto z = [](Dims s) { return RefTensor::zeros(DType::kDouble, s); };
+  auto z = [](Dims s) { return ref::zeros(DType::kDouble, s); };
   EXPECT_EQ(run("MatMul", {z({2, 1, 3, 4}), z({3, 4, 2})})[0].shape, (Dims{2, 3, 3, 2}));
   EXPECT_EQ(run("MatMul", {z({4}), z({4, 5})})[0].shape, (Dims{5}));
   EXPECT_EQ(run("MatMul", {z({2, 3, 4}), z({4})})[0].shape, (Dims{2, 3}));
-  EXPECT_EQ(run("Reshape", {z({2, 3, 4}), RefTensor::ints({0, -1})})[0].shape, (Dims{2, 12}));
-  EXPECT_EQ(run("Gemm", {T({1, 2}, {1, 2}), T({1, 2}, {3, 4}), T({1}, {1})}, A({{"transA", I{1}}, {"alpha", 2.0f}}))[0].data,
+  EXPECT_EQ(run("Reshape", {z({2, 3, 4}), ref::ints({0, -1})})[0].shape, (Dims{2, 12}));
+  EXPECT_EQ(run("Gemm", {T({1, 2}, {1, 2}), T({1, 2}, {3, 4}), T({1}, {1})}, A({{"transA", I{1}}, {"alpha", 2.0f}}))[0].reals,
             (std::vector<double>{7, 9, 13, 17}));
-  EXPECT_EQ(run("SumToShape", {T({2, 3}, {1, 2, 3, 4, 5, 6}), RefTensor::ints({1, 3})}, {}, kOurDomain)[0].data,
+  EXPECT_EQ(run("SumToShape", {T({2, 3}, {1, 2, 3, 4, 5, 6}), ref::ints({1, 3})}, {}, kOurDomain)[0].reals,
             (std::vector<double>{5, 7, 9}));
-  auto rg = run("ReduceMeanGrad", {T({2}, {6, 9}), RefTensor::ints({2, 3})}, A({{"axes", Dims{1}}, {"keepdims", I{0}}}), kOurDomain);
-  EXPECT_EQ(rg[0].data, (std::vector<double>{2, 2, 2, 3, 3, 3}));
+  auto rg = run("ReduceMeanGrad", {T({2}, {6, 9}), ref::ints({2, 3})}, A({{"axes", Dims{1}}, {"keepdims", I{0}}}), kOurDomain);
+  EXPECT_EQ(rg[0].reals, (std::vector<double>{2, 2, 2, 3, 3, 3}));
   EXPECT_THROW(run("Einsum", {z({2})}), std::runtime_error);
 }
 
@@ -197,16 +196,16 @@ TEST(ReferenceEval, ShapesAndLinearAlgebra) {
 struct Built {
   Graph g;
   std::vector<bool> requires_grad;        // per g.inputs
-  std::map<ValueId, RefTensor> feeds;     // per g.inputs
+  std::map<ValueId, Tensor> feeds;     // per g.inputs
 };
 
-RefTensor random_tensor(Kind k, DType dt, const Dims& shape, std::mt19937_64& rng) {
-  RefTensor t = RefTensor::zeros(dt, shape);
+Tensor random_tensor(Kind k, DType dt, const Dims& shape, std::mt19937_64& rng) {
+  Tensor t = ref::zeros(dt, shape);
   std::uniform_real_distribution<double> mag(0.3, 1.3), pos(0.5, 2.0);
-  for (auto& v : t.data) {
-    if (k == Kind::kBool) v = rng() % 2;
-    else if (k == Kind::kPositive || k == Kind::kPositiveNoGrad) v = pos(rng);
-    else v = (rng() % 2 ? 1 : -1) * mag(rng);  // away from 0: Relu kink, Div denominators
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (k == Kind::kBool) ref::set(t, i, double(rng() % 2));
+    else if (k == Kind::kPositive || k == Kind::kPositiveNoGrad) ref::set(t, i, pos(rng));
+    else ref::set(t, i, (rng() % 2 ? 1 : -1) * mag(rng));  // away from 0: Relu kink, Div denominators
   }
   return t;
 }
@@ -236,7 +235,7 @@ Built build_case(const Case& c, bool dynamic, std::mt19937_64& rng) {
     g.inputs.push_back(ins.back());
     b.requires_grad.push_back(wants_grad(in.kind));
     b.feeds[ins.back()] = in.kind == Kind::kLabels
-        ? RefTensor{DType::kInt64, in.shape, std::vector<double>(in.ints.begin(), in.ints.end())}
+        ? Tensor::of_ints(DType::kInt64, in.shape, in.ints)
         : random_tensor(in.kind, dt, in.shape, rng);
   }
   g.outputs = c.build ? c.build(g, ins) : add_node(g, c.op, ins, c.attrs, c.num_outputs);
@@ -244,7 +243,7 @@ Built build_case(const Case& c, bool dynamic, std::mt19937_64& rng) {
   auto env = ref::evaluate(g, b.feeds);
   for (const Node& n : g.nodes)
     for (ValueId v : n.outputs) {
-      const RefTensor& t = env.at(v);
+      const Tensor& t = env.at(v);
       std::vector<Dim> dims;
       for (int64_t d : t.shape) dims.push_back(dynamic ? Dim{} : Dim::known(d));
       g.value(v).dtype = t.dtype;
@@ -253,12 +252,12 @@ Built build_case(const Case& c, bool dynamic, std::mt19937_64& rng) {
   return b;
 }
 
-double objective(const Graph& g, const std::map<ValueId, RefTensor>& feeds,
-                 const std::vector<std::pair<ValueId, RefTensor>>& grad_of) {  // sum(output * grad_output)
+double objective(const Graph& g, const std::map<ValueId, Tensor>& feeds,
+                 const std::vector<std::pair<ValueId, Tensor>>& grad_of) {  // sum(output * grad_output)
   auto env = ref::evaluate(g, feeds);
   double s = 0;
   for (const auto& [v, go] : grad_of)
-    for (size_t j = 0; j < go.data.size(); ++j) s += env.at(v).data[j] * go.data[j];
+    for (int64_t j = 0; j < go.numel(); ++j) s += env.at(v).at(j) * go.at(j);
   return s;
 }
 
@@ -269,15 +268,15 @@ std::vector<std::string> check_gradients(const Built& b, const TrainingGraph& tg
   if (tg.input_grads.size() != g.inputs.size() || tg.grad_of_outputs.size() != g.outputs.size())
     return {"input_grads / grad_of_outputs sizes do not match the graph's inputs / outputs"};
   auto fwd = ref::evaluate(g, b.feeds);
-  std::map<ValueId, RefTensor> feeds = b.feeds;
-  std::vector<std::pair<ValueId, RefTensor>> grad_of;  // (forward output, its gradient); outputs may repeat
+  std::map<ValueId, Tensor> feeds = b.feeds;
+  std::vector<std::pair<ValueId, Tensor>> grad_of;  // (forward output, its gradient); outputs may repeat
   for (size_t k = 0; k < g.outputs.size(); ++k) {
     if (tg.grad_of_outputs[k] == kNoValue) continue;
-    const RefTensor& y = fwd.at(g.outputs[k]);
+    const Tensor& y = fwd.at(g.outputs[k]);
     grad_of.emplace_back(g.outputs[k], random_tensor(Kind::kGrad, y.dtype, y.shape, rng));
     feeds[tg.grad_of_outputs[k]] = grad_of.back().second;
   }
-  std::map<ValueId, RefTensor> env;
+  std::map<ValueId, Tensor> env;
   try {
     ref::evaluate(tg.graph, b.feeds, tg.num_forward_nodes);  // forward must not read backward values
     env = ref::evaluate(tg.graph, feeds);
@@ -285,7 +284,8 @@ std::vector<std::string> check_gradients(const Built& b, const TrainingGraph& tg
     return {std::string("evaluating the training graph: ") + e.what()};
   }
   for (ValueId y : g.outputs)
-    if (env.at(y).data != fwd.at(y).data) errs.push_back("forward output '" + g.value(y).name + "' changed");
+    if (env.at(y).reals != fwd.at(y).reals || env.at(y).ints != fwd.at(y).ints)
+      errs.push_back("forward output '" + g.value(y).name + "' changed");
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const ValueId x = g.inputs[i], gx = tg.input_grads[i];
     const std::string who = "input " + std::to_string(i) + " ('" + g.value(x).name + "')";
@@ -293,15 +293,15 @@ std::vector<std::string> check_gradients(const Built& b, const TrainingGraph& tg
       if (b.requires_grad[i] != (gx != kNoValue)) errs.push_back(who + ": gradient presence is wrong");
       continue;
     }
-    const RefTensor &xv = b.feeds.at(x), &ga = env.at(gx);
+    const Tensor &xv = b.feeds.at(x), &ga = env.at(gx);
     const Value& decl = tg.graph.value(gx);
     if (ga.shape != xv.shape || ga.dtype != xv.dtype || decl.dtype != xv.dtype ||
         (decl.shape.rank_known && decl.shape.rank() != int64_t(xv.shape.size())))
       { errs.push_back(who + ": gradient dtype/shape differs from the input's"); continue; }
     int reported = 0;
-    for (size_t j = 0; j < xv.data.size(); ++j) {
-      auto f = [&](double d) { auto p = b.feeds; p[x].data[j] += d; return objective(g, p, grad_of); };
-      const double num = (f(kEps) - f(-kEps)) / (2 * kEps), ana = ga.data[j];
+    for (size_t j = 0; j < xv.reals.size(); ++j) {
+      auto f = [&](double d) { auto p = b.feeds; p[x].reals[j] += d; return objective(g, p, grad_of); };
+      const double num = (f(kEps) - f(-kEps)) / (2 * kEps), ana = ga.reals[j];
       if (!(std::abs(ana - num) <= kAtol + kRtol * std::abs(num)) && reported++ < 3) {
         std::ostringstream os;
         os.precision(10);

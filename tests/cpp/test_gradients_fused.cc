@@ -16,7 +16,7 @@ namespace torch_ort {
 namespace {
 
 using ref::Dims;
-using ref::RefTensor;
+using ref::Tensor;
 
 // --- broadcasting helpers ---------------------------------------------------------------------
 Dims broadcast(const Node& n, const Dims& a, const Dims& b) {
@@ -61,30 +61,30 @@ double gelu_derivative(double u, bool tanh_approx) {
 }
 
 // X + bias, broadcast (the bias is optional).
-RefTensor biased(const Node& n, const RefTensor& x, const RefTensor* bias) {
+Tensor biased(const Node& n, const Tensor& x, const Tensor* bias) {
   if (!bias) return x;
-  RefTensor r = RefTensor::zeros(x.dtype, broadcast(n, x.shape, bias->shape));
+  Tensor r = ref::zeros(x.dtype, broadcast(n, x.shape, bias->shape));
   for (int64_t e = 0; e < r.numel(); ++e) {
     const Dims idx = ref::unravel(e, r.shape);
-    r.data[e] = x.data[source_offset(idx, x.shape)] + bias->data[source_offset(idx, bias->shape)];
+    r.reals[e] = x.reals[source_offset(idx, x.shape)] + bias->reals[source_offset(idx, bias->shape)];
   }
   return r;
 }
 
 const bool kRefBiasGelu = ref::register_op(kOurDomain, "BiasGelu", [](const Node& n, const ref::Ins& in) {
-  RefTensor u = biased(n, *in.at(0), in.size() > 1 ? in[1] : nullptr);
+  Tensor u = biased(n, *in.at(0), in.size() > 1 ? in[1] : nullptr);
   const bool t = tanh_form(n);
-  for (double& v : u.data) v = gelu(v, t);
+  ref::apply(u, [t](double v) { return gelu(v, t); });
   return ref::Outs{u};
 });
 
 // (dY, X, [bias]) -> dY · gelu'(X + bias)
 const bool kRefBiasGeluGrad = ref::register_op(kOurDomain, "BiasGeluGrad", [](const Node& n, const ref::Ins& in) {
-  RefTensor u = biased(n, *in.at(1), in.size() > 2 ? in[2] : nullptr);
-  const RefTensor& dy = *in.at(0);
+  Tensor u = biased(n, *in.at(1), in.size() > 2 ? in[2] : nullptr);
+  const Tensor& dy = *in.at(0);
   if (dy.shape != u.shape) ref::fail(n, "dY must have the shape of X + bias");
   const bool t = tanh_form(n);
-  for (int64_t e = 0; e < u.numel(); ++e) u.data[e] = dy.data[e] * gelu_derivative(u.data[e], t);
+  for (int64_t e = 0; e < u.numel(); ++e) u.reals[e] = dy.reals[e] * gelu_derivative(u.reals[e], t);
   return ref::Outs{u};
 });
 
@@ -158,7 +158,7 @@ struct ElementRun {
 };
 ElementRun run_element(const Node& n, const Program& p, const ref::Ins& ins, const Dims& idx) {
   ElementRun e;
-  for (const RefTensor* t : ins) e.in.push_back(t->data[source_offset(idx, t->shape)]);
+  for (const Tensor* t : ins) e.in.push_back(t->reals[source_offset(idx, t->shape)]);
   auto val = [&](int64_t o) { return o < 0 ? p.consts[-o - 1] : o < p.n_inputs ? e.in[o] : e.r[o - p.n_inputs]; };
   for (size_t k = 0; k < p.ops.size(); ++k)
     e.r.push_back(apply(n, p.ops[k], val(p.operands[2 * k]), unary(p.ops[k]) ? 0.0 : val(p.operands[2 * k + 1])));
@@ -167,7 +167,7 @@ ElementRun run_element(const Node& n, const Program& p, const ref::Ins& ins, con
 
 Dims broadcast_all(const Node& n, const ref::Ins& ins) {
   Dims s;
-  for (const RefTensor* t : ins) {
+  for (const Tensor* t : ins) {
     if (!t) ref::fail(n, "inputs must all be present");
     s = broadcast(n, s, t->shape);
   }
@@ -176,8 +176,8 @@ Dims broadcast_all(const Node& n, const ref::Ins& ins) {
 
 const bool kRefFusedElementwise = ref::register_op(kOurDomain, "FusedElementwise", [](const Node& n, const ref::Ins& in) {
   const Program p = program(n, int64_t(in.size()));
-  RefTensor y = RefTensor::zeros(in.at(0)->dtype, broadcast_all(n, in));
-  for (int64_t e = 0; e < y.numel(); ++e) y.data[e] = run_element(n, p, in, ref::unravel(e, y.shape)).r.back();
+  Tensor y = ref::zeros(in.at(0)->dtype, broadcast_all(n, in));
+  for (int64_t e = 0; e < y.numel(); ++e) y.reals[e] = run_element(n, p, in, ref::unravel(e, y.shape)).r.back();
   return ref::Outs{y};
 });
 
@@ -186,16 +186,16 @@ const bool kRefFusedElementwise = ref::register_op(kOurDomain, "FusedElementwise
 const bool kRefFusedElementwiseGrad = ref::register_op(kOurDomain, "FusedElementwiseGrad", [](const Node& n, const ref::Ins& in) {
   const ref::Ins xs(in.begin() + 1, in.end());
   const Program p = program(n, int64_t(xs.size()));
-  const RefTensor& dy = *in.at(0);
+  const Tensor& dy = *in.at(0);
   if (dy.shape != broadcast_all(n, xs)) ref::fail(n, "dY must have the output's shape");
   ref::Outs grads;
-  for (const RefTensor* x : xs) grads.push_back(RefTensor::zeros(x->dtype, x->shape));
+  for (const Tensor* x : xs) grads.push_back(ref::zeros(x->dtype, x->shape));
   for (int64_t e = 0; e < dy.numel(); ++e) {
     const Dims idx = ref::unravel(e, dy.shape);
     const ElementRun run = run_element(n, p, xs, idx);
     auto val = [&](int64_t o) { return o < 0 ? p.consts[-o - 1] : o < p.n_inputs ? run.in[o] : run.r[o - p.n_inputs]; };
     std::vector<double> adj(p.ops.size(), 0.0), din(xs.size(), 0.0);
-    adj.back() = dy.data[e];
+    adj.back() = dy.reals[e];
     auto add_adjoint = [&](int64_t o, double g) {
       if (o >= p.n_inputs) adj[o - p.n_inputs] += g;
       else if (o >= 0) din[o] += g;
@@ -206,7 +206,7 @@ const bool kRefFusedElementwiseGrad = ref::register_op(kOurDomain, "FusedElement
       add_adjoint(oa, adj[k] * pa);
       if (!unary(p.ops[k])) add_adjoint(ob, adj[k] * pb);
     }
-    for (size_t i = 0; i < xs.size(); ++i) grads[i].data[source_offset(idx, xs[i]->shape)] += din[i];
+    for (size_t i = 0; i < xs.size(); ++i) grads[i].reals[source_offset(idx, xs[i]->shape)] += din[i];
   }
   return grads;
 });
@@ -214,35 +214,35 @@ const bool kRefFusedElementwiseGrad = ref::register_op(kOurDomain, "FusedElement
 // --- SkipLayerNorm / SkipLayerNormGrad --------------------------------------------------------
 // S = X + Skip (+ Bias); per row of the last dim: μ = mean(S), r = 1/√(var(S) + ε) (population
 // variance), Y = (S − μ)·r·Gamma (+ Beta); outputs (Y, μ, r, S), the statistics with last dim 1.
-const RefTensor* opt(const ref::Ins& in, size_t i) { return in.size() > i ? in[i] : nullptr; }
+const Tensor* opt(const ref::Ins& in, size_t i) { return in.size() > i ? in[i] : nullptr; }
 Dims stats_shape(Dims s) {
   s.back() = 1;
   return s;
 }
 
 const bool kRefSkipLayerNorm = ref::register_op(kOurDomain, "SkipLayerNorm", [](const Node& n, const ref::Ins& in) {
-  const RefTensor &x = *in.at(0), &skip = *in.at(1), &gamma = *in.at(2);
-  const RefTensor *beta = opt(in, 3), *bias = opt(in, 4);
+  const Tensor &x = *in.at(0), &skip = *in.at(1), &gamma = *in.at(2);
+  const Tensor *beta = opt(in, 3), *bias = opt(in, 4);
   if (x.shape.empty() || skip.shape != x.shape) ref::fail(n, "X and Skip must have one shape of rank >= 1");
   const int64_t cols = x.shape.back(), rows = x.numel() / cols;
-  for (const RefTensor* v : {&gamma, beta, bias})
+  for (const Tensor* v : {&gamma, beta, bias})
     if (v && v->numel() != cols) ref::fail(n, "Gamma/Beta/Bias must have one value per column");
   const double eps = n.attrs.get_float("epsilon", 1e-5f);
-  RefTensor y = RefTensor::zeros(x.dtype, x.shape), s = RefTensor::zeros(x.dtype, x.shape);
-  RefTensor mean = RefTensor::zeros(x.dtype, stats_shape(x.shape)), inv = mean;
+  Tensor y = ref::zeros(x.dtype, x.shape), s = ref::zeros(x.dtype, x.shape);
+  Tensor mean = ref::zeros(x.dtype, stats_shape(x.shape)), inv = mean;
   for (int64_t i = 0; i < rows; ++i) {
     double m = 0, var = 0;
     for (int64_t j = 0; j < cols; ++j) {
       const int64_t e = i * cols + j;
-      s.data[e] = x.data[e] + skip.data[e] + (bias ? bias->data[j] : 0.0);
-      m += s.data[e] / double(cols);
+      s.reals[e] = x.reals[e] + skip.reals[e] + (bias ? bias->reals[j] : 0.0);
+      m += s.reals[e] / double(cols);
     }
-    for (int64_t j = 0; j < cols; ++j) var += (s.data[i * cols + j] - m) * (s.data[i * cols + j] - m) / double(cols);
+    for (int64_t j = 0; j < cols; ++j) var += (s.reals[i * cols + j] - m) * (s.reals[i * cols + j] - m) / double(cols);
     const double r = 1.0 / std::sqrt(var + eps);
     for (int64_t j = 0; j < cols; ++j)
-      y.data[i * cols + j] = (s.data[i * cols + j] - m) * r * gamma.data[j] + (beta ? beta->data[j] : 0.0);
-    mean.data[i] = m;
-    inv.data[i] = r;
+      y.reals[i * cols + j] = (s.reals[i * cols + j] - m) * r * gamma.reals[j] + (beta ? beta->reals[j] : 0.0);
+    mean.reals[i] = m;
+    inv.reals[i] = r;
   }
   return ref::Outs{y, mean, inv, s};
 });
@@ -250,28 +250,28 @@ const bool kRefSkipLayerNorm = ref::register_op(kOurDomain, "SkipLayerNorm", [](
 // (dY, [dSum], Sum, Gamma, Mean, InvStdDev) -> (dS, dGamma, dBeta, dBias), x̂ = (S − μ)·r, g = dY·Gamma:
 // dS = r·(g − mean(g) − x̂·mean(g·x̂)) + dSum; dGamma = Σ_rows dY·x̂; dBeta = Σ_rows dY; dBias = Σ_rows dS.
 const bool kRefSkipLayerNormGrad = ref::register_op(kOurDomain, "SkipLayerNormGrad", [](const Node& n, const ref::Ins& in) {
-  const RefTensor *dy = in.at(0), *dsum = opt(in, 1);
-  const RefTensor &s = *in.at(2), &gamma = *in.at(3), &mean = *in.at(4), &inv = *in.at(5);
+  const Tensor *dy = in.at(0), *dsum = opt(in, 1);
+  const Tensor &s = *in.at(2), &gamma = *in.at(3), &mean = *in.at(4), &inv = *in.at(5);
   const int64_t cols = s.shape.back(), rows = s.numel() / cols;
   if ((dy && dy->shape != s.shape) || (dsum && dsum->shape != s.shape)) ref::fail(n, "dY/dSum must have Sum's shape");
   if (mean.numel() != rows || inv.numel() != rows || gamma.numel() != cols) ref::fail(n, "bad statistics or Gamma");
-  RefTensor ds = RefTensor::zeros(s.dtype, s.shape), dgamma = RefTensor::zeros(s.dtype, {cols});
-  RefTensor dbeta = dgamma, dbias = dgamma;
+  Tensor ds = ref::zeros(s.dtype, s.shape), dgamma = ref::zeros(s.dtype, {cols});
+  Tensor dbeta = dgamma, dbias = dgamma;
   for (int64_t i = 0; i < rows; ++i) {
-    const double m = mean.data[i], r = inv.data[i];
-    auto xhat = [&](int64_t j) { return (s.data[i * cols + j] - m) * r; };
-    auto dyv = [&](int64_t j) { return dy ? dy->data[i * cols + j] : 0.0; };
+    const double m = mean.reals[i], r = inv.reals[i];
+    auto xhat = [&](int64_t j) { return (s.reals[i * cols + j] - m) * r; };
+    auto dyv = [&](int64_t j) { return dy ? dy->reals[i * cols + j] : 0.0; };
     double mg = 0, mgx = 0;
     for (int64_t j = 0; j < cols; ++j) {
-      mg += dyv(j) * gamma.data[j] / double(cols);
-      mgx += dyv(j) * gamma.data[j] * xhat(j) / double(cols);
+      mg += dyv(j) * gamma.reals[j] / double(cols);
+      mgx += dyv(j) * gamma.reals[j] * xhat(j) / double(cols);
     }
     for (int64_t j = 0; j < cols; ++j) {
       const int64_t e = i * cols + j;
-      ds.data[e] = r * (dyv(j) * gamma.data[j] - mg - xhat(j) * mgx) + (dsum ? dsum->data[e] : 0.0);
-      dgamma.data[j] += dyv(j) * xhat(j);
-      dbeta.data[j] += dyv(j);
-      dbias.data[j] += ds.data[e];
+      ds.reals[e] = r * (dyv(j) * gamma.reals[j] - mg - xhat(j) * mgx) + (dsum ? dsum->reals[e] : 0.0);
+      dgamma.reals[j] += dyv(j) * xhat(j);
+      dbeta.reals[j] += dyv(j);
+      dbias.reals[j] += ds.reals[e];
     }
   }
   return ref::Outs{ds, dgamma, dbeta, dbias};
@@ -290,19 +290,19 @@ bool keep(int64_t i, double ratio) {
 }
 
 const bool kRefBiasDropout = ref::register_op(kOurDomain, "BiasDropout", [](const Node& n, const ref::Ins& in) {
-  const RefTensor& x = *in.at(0);
-  const RefTensor *bias = opt(in, 1), *res = opt(in, 2), *ratio_in = opt(in, 3), *train_in = opt(in, 4);
+  const Tensor& x = *in.at(0);
+  const Tensor *bias = opt(in, 1), *res = opt(in, 2), *ratio_in = opt(in, 3), *train_in = opt(in, 4);
   if (x.shape.empty()) ref::fail(n, "X must have rank >= 1");
   const int64_t cols = x.shape.back();
   if (bias && bias->numel() != cols) ref::fail(n, "Bias must hold one value per column");
   if (res && res->shape != x.shape) ref::fail(n, "Residual must have X's shape");
-  const bool training = train_in && train_in->data.at(0) != 0;
-  const double ratio = training ? (ratio_in ? ratio_in->data.at(0) : 0.5) : 0.0;
-  RefTensor y = RefTensor::zeros(x.dtype, x.shape), mask = RefTensor::zeros(DType::kBool, x.shape);
+  const bool training = train_in && ref::get(*train_in, 0) != 0;
+  const double ratio = training ? (ratio_in ? ref::get(*ratio_in, 0) : 0.5) : 0.0;
+  Tensor y = ref::zeros(x.dtype, x.shape), mask = ref::zeros(DType::kBool, x.shape);
   for (int64_t e = 0; e < x.numel(); ++e) {
-    mask.data[e] = keep(e, ratio);
-    const double v = x.data[e] + (bias ? bias->data[e % cols] : 0.0);
-    y.data[e] = (mask.data[e] ? v / (1.0 - ratio) : 0.0) + (res ? res->data[e] : 0.0);
+    mask.ints[e] = keep(e, ratio);
+    const double v = x.reals[e] + (bias ? bias->reals[e % cols] : 0.0);
+    y.reals[e] = (mask.ints[e] ? v / (1.0 - ratio) : 0.0) + (res ? res->reals[e] : 0.0);
   }
   return ref::Outs{y, mask};
 });
@@ -311,8 +311,8 @@ const bool kRefBiasDropout = ref::register_op(kOurDomain, "BiasDropout", [](cons
 // Y = alpha·A'·B' + bias; A' = transA ? A with its two innermost dims swapped : A (B' likewise);
 // the batch dims broadcast (numpy), the bias broadcasts onto Y and is not scaled.
 const bool kRefFusedMatMul = ref::register_op(kOurDomain, "FusedMatMul", [](const Node& n, const ref::Ins& in) {
-  const RefTensor &a = *in.at(0), &b = *in.at(1);
-  const RefTensor* bias = opt(in, 2);
+  const Tensor &a = *in.at(0), &b = *in.at(1);
+  const Tensor* bias = opt(in, 2);
   if (a.shape.size() < 2 || b.shape.size() < 2) ref::fail(n, "A and B must have rank >= 2");
   const bool ta = n.attrs.get_int("transA", 0) != 0, tb = n.attrs.get_int("transB", 0) != 0;
   const double alpha = n.attrs.get_float("alpha", 1.0f);
@@ -325,7 +325,7 @@ const bool kRefFusedMatMul = ref::register_op(kOurDomain, "FusedMatMul", [](cons
   const Dims batch = ys;
   ys.push_back(M);
   ys.push_back(N);
-  RefTensor y = RefTensor::zeros(a.dtype, ys);
+  Tensor y = ref::zeros(a.dtype, ys);
   if (bias) broadcast(n, ys, bias->shape);
   for (int64_t e = 0; e < y.numel(); ++e) {
     const Dims idx = ref::unravel(e, ys);
@@ -334,16 +334,16 @@ const bool kRefFusedMatMul = ref::register_op(kOurDomain, "FusedMatMul", [](cons
     const int64_t oa = source_offset(bidx, ba) * M * K, ob = source_offset(bidx, bb) * K * N;
     double acc = 0;
     for (int64_t k = 0; k < K; ++k)
-      acc += a.data[oa + (ta ? k * M + m : m * K + k)] * b.data[ob + (tb ? j * K + k : k * N + j)];
-    y.data[e] = alpha * acc + (bias ? bias->data[source_offset(idx, bias->shape)] : 0.0);
+      acc += a.reals[oa + (ta ? k * M + m : m * K + k)] * b.reals[ob + (tb ? j * K + k : k * N + j)];
+    y.reals[e] = alpha * acc + (bias ? bias->reals[source_offset(idx, bias->shape)] : 0.0);
   }
   return ref::Outs{y};
 });
 
 // The references against hand-computed values (the gradient cases check backward against forward,
 // so a forward reference wrong in a way its own backward shares would go unseen there).
-RefTensor T(Dims s, std::vector<double> d) { return {DType::kDouble, std::move(s), std::move(d)}; }
-ref::Outs run(const std::string& op, std::vector<RefTensor> ins, Attributes a = {}) {
+Tensor T(Dims s, std::vector<double> d) { return Tensor::of_reals(DType::kDouble, std::move(s), std::move(d)); }
+ref::Outs run(const std::string& op, std::vector<Tensor> ins, Attributes a = {}) {
   ref::Ins p;
   for (auto& t : ins) p.push_back(&t);
   return ref::eval_node(Node{kOurDomain, op, "/t", {}, {}, std::move(a)}, p);
@@ -354,42 +354,41 @@ TEST(GradCheckFusedReference, ForwardOpsOnHandComputedValues) {
   mm.set("transA", int64_t{1});
   mm.set("alpha", 0.5f);
   // Aᵀ·B = [[1, 3], [2, 4]]·[5, 6]ᵀ = [23, 34]; ·0.5 + 1
-  EXPECT_EQ(run("FusedMatMul", {T({2, 2}, {1, 2, 3, 4}), T({2, 1}, {5, 6}), T({1}, {1})}, mm)[0].data,
+  EXPECT_EQ(run("FusedMatMul", {T({2, 2}, {1, 2, 3, 4}), T({2, 1}, {5, 6}), T({1}, {1})}, mm)[0].reals,
             (std::vector<double>{12.5, 18}));
   Attributes tb;
   tb.set("transB", int64_t{1});
   const auto y = run("FusedMatMul", {T({2, 1, 2}, {1, 2, 3, 4}), T({3, 2}, {1, 0, 0, 1, 1, 1})}, tb)[0];
   EXPECT_EQ(y.shape, (Dims{2, 1, 3}));
-  EXPECT_EQ(y.data, (std::vector<double>{1, 2, 3, 3, 4, 7}));
+  EXPECT_EQ(y.reals, (std::vector<double>{1, 2, 3, 3, 4, 7}));
   // gelu(1) = Φ(1) = 0.841344746...; the tanh form 0.841191990...
-  EXPECT_NEAR(run("BiasGelu", {T({1}, {0.25}), T({1}, {0.75})})[0].data[0], 0.8413447460685429, 1e-12);
+  EXPECT_NEAR(run("BiasGelu", {T({1}, {0.25}), T({1}, {0.75})})[0].reals[0], 0.8413447460685429, 1e-12);
   Attributes th;
   th.set("approximate", std::string("tanh"));
-  EXPECT_NEAR(run("BiasGelu", {T({1}, {1.0})}, th)[0].data[0], 0.8411919906082768, 1e-12);
+  EXPECT_NEAR(run("BiasGelu", {T({1}, {1.0})}, th)[0].reals[0], 0.8411919906082768, 1e-12);
   // (x + b)·2 − 1 over a (2, 2) input and a row
   Attributes pr;
   pr.set("ops", std::vector<std::string>{"Add", "Mul", "Sub"});
   pr.set("operands", std::vector<int64_t>{0, 1, 2, -1, 3, -2});
   pr.set("consts", std::vector<float>{2.0f, 1.0f});
-  EXPECT_EQ(run("FusedElementwise", {T({2, 2}, {1, 2, 3, 4}), T({2}, {10, 20})}, pr)[0].data,
+  EXPECT_EQ(run("FusedElementwise", {T({2, 2}, {1, 2, 3, 4}), T({2}, {10, 20})}, pr)[0].reals,
             (std::vector<double>{21, 43, 25, 47}));
   // S = [1, 3] + bias 0: μ = 2, var = 1; Y = [−1, 1]·r·Gamma + Beta
   Attributes eps;
   eps.set("epsilon", 0.0f);
   const auto sln = run("SkipLayerNorm", {T({1, 2}, {1, 2}), T({1, 2}, {0, 1}), T({2}, {2, 3}), T({2}, {0.5, 0.5})}, eps);
-  EXPECT_EQ(sln[0].data, (std::vector<double>{-1.5, 3.5}));
-  EXPECT_EQ(sln[1].data, (std::vector<double>{2}));
-  EXPECT_EQ(sln[2].data, (std::vector<double>{1}));
-  EXPECT_EQ(sln[3].data, (std::vector<double>{1, 3}));
+  EXPECT_EQ(sln[0].reals, (std::vector<double>{-1.5, 3.5}));
+  EXPECT_EQ(sln[1].reals, (std::vector<double>{2}));
+  EXPECT_EQ(sln[2].reals, (std::vector<double>{1}));
+  EXPECT_EQ(sln[3].reals, (std::vector<double>{1, 3}));
   // Dropout of X + Bias at ratio 0.5 in training, + Residual: kept elements doubled, some dropped
-  RefTensor train = T({}, {1});
-  train.dtype = DType::kBool;
+  const Tensor train = Tensor::of_ints(DType::kBool, {}, {1});
   const auto bd = run("BiasDropout", {T({1, 8}, std::vector<double>(8, 1)), T({8}, std::vector<double>(8, 1)),
                                       T({1, 8}, std::vector<double>(8, 10)), T({}, {0.5}), train});
   int kept = 0;
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(bd[0].data[i], bd[1].data[i] ? 14.0 : 10.0) << i;
-    kept += bd[1].data[i] != 0;
+    EXPECT_EQ(bd[0].reals[i], bd[1].ints[i] ? 14.0 : 10.0) << i;
+    kept += bd[1].ints[i] != 0;
   }
   EXPECT_GT(kept, 0);
   EXPECT_LT(kept, 8);

@@ -71,29 +71,29 @@ REGISTER_GRAD_CASES({
 });
 
 // The oracle against hand-computed values.
-std::vector<ref::RefTensor> run(const std::string& op, std::vector<RefTensor> ins, Attributes a, const std::string& domain) {
-  std::vector<const RefTensor*> p;
+ref::Outs run(const std::string& op, std::vector<Tensor> ins, Attributes a, const std::string& domain) {
+  ref::Ins p;
   for (auto& t : ins) p.push_back(&t);
   return ref::eval_node(Node{domain, op, "/t", {}, {}, std::move(a)}, p);
 }
 
 TEST(ReferenceEvalNn, CrossEntropyLabelSmoothing) {
   // Two classes, equal scores: log_prob = −log 2 everywhere, so NLL = l and S = 2·l (l = log 2).
-  RefTensor x{DType::kDouble, {2, 2}, {0, 0, 1, 1}}, y{DType::kInt64, {2}, {0, 1}};
+  const Tensor x = Tensor::of_reals(DType::kDouble, {2, 2}, {0, 0, 1, 1}), y = ref::ints({0, 1});
   const double l = std::log(2.0);
-  EXPECT_NEAR(run("CrossEntropyLoss", {x, y}, ce(kMean, -100, 0.5f), kOurDomain)[0].data[0], l, 1e-12);
+  EXPECT_NEAR(run("CrossEntropyLoss", {x, y}, ce(kMean, -100, 0.5f), kOurDomain)[0].reals[0], l, 1e-12);
   // Ignoring sample 1 leaves sample 0; with weights (1, 3) the smoothing term is (1+3)·l/2.
-  RefTensor w{DType::kDouble, {2}, {1, 3}};
+  const Tensor w = Tensor::of_reals(DType::kDouble, {2}, {1, 3});
   const double want = 0.5 * l + 0.25 * 4 * l;  // (1−ε)·w_0·l + ε/C·Σw·l, divided by w_0 = 1
-  EXPECT_NEAR(run("CrossEntropyLoss", {x, y, w}, ce(kMean, 1, 0.5f), kOurDomain)[0].data[0], want, 1e-12);
+  EXPECT_NEAR(run("CrossEntropyLoss", {x, y, w}, ce(kMean, 1, 0.5f), kOurDomain)[0].reals[0], want, 1e-12);
 }
 
 TEST(ReferenceEvalNn, EmbeddingGradConventions) {
-  RefTensor dy{DType::kDouble, {3, 1}, {1, 2, 4}}, idx{DType::kInt64, {3}, {0, 2, 0}};
-  auto dw = run("EmbeddingGrad", {dy, idx, RefTensor::ints({3, 1})}, A({{"padding_idx", I{2}}}), kOurDomain);
-  EXPECT_EQ(dw[0].data, (std::vector<double>{5, 0, 0}));  // rows summed; padding row 2 gets nothing
-  dw = run("EmbeddingGrad", {dy, idx, RefTensor::ints({3, 1})}, A({{"scale_grad_by_freq", I{1}}}), kOurDomain);
-  EXPECT_EQ(dw[0].data, (std::vector<double>{2.5, 0, 2}));  // index 0 occurs twice
+  const Tensor dy = Tensor::of_reals(DType::kDouble, {3, 1}, {1, 2, 4}), idx = ref::ints({0, 2, 0});
+  auto dw = run("EmbeddingGrad", {dy, idx, ref::ints({3, 1})}, A({{"padding_idx", I{2}}}), kOurDomain);
+  EXPECT_EQ(dw[0].reals, (std::vector<double>{5, 0, 0}));  // rows summed; padding row 2 gets nothing
+  dw = run("EmbeddingGrad", {dy, idx, ref::ints({3, 1})}, A({{"scale_grad_by_freq", I{1}}}), kOurDomain);
+  EXPECT_EQ(dw[0].reals, (std::vector<double>{2.5, 0, 2}));  // index 0 occurs twice
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ struct Sdpa {
   int64_t B, H, L, S, D, Dv;
   std::vector<double> s, lse, p;  // (B, H, L, S), (B, H, L), (B, H, L, S)
 };
-Sdpa sdpa(const Node& n, const ref::RefTensor& q, const ref::RefTensor& k, const ref::RefTensor& v,
-          const ref::RefTensor* mask) {
+Sdpa sdpa(const Node& n, const ref::Tensor& q, const ref::Tensor& k, const ref::Tensor& v,
+          const ref::Tensor* mask) {
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4) ref::fail(n, "Q, K, V must be 4-D");
   Sdpa r{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3], {}, {}, {}};
   const double scale = n.attrs.has("scale") ? n.attrs.get_float("scale", 1.0f) : 1.0 / std::sqrt(double(q.shape[3]));
@@ -41,11 +41,11 @@ Sdpa sdpa(const Node& n, const ref::RefTensor& q, const ref::RefTensor& k, const
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < r.S; ++j) {
         double acc = 0;
-        for (int64_t d = 0; d < r.D; ++d) acc += q.data[(bh * r.L + i) * r.D + d] * k.data[(bh * r.S + j) * r.D + d];
+        for (int64_t d = 0; d < r.D; ++d) acc += q.reals[(bh * r.L + i) * r.D + d] * k.reals[(bh * r.S + j) * r.D + d];
         acc *= scale;
         if (mask) {
           const int64_t b = bh / r.H, h = bh % r.H;
-          acc += mask->data[ref::ravel({md[0] == 1 ? 0 : b, md[1] == 1 ? 0 : h, md[2] == 1 ? 0 : i, md[3] == 1 ? 0 : j}, md)];
+          acc += mask->reals[ref::ravel({md[0] == 1 ? 0 : b, md[1] == 1 ? 0 : h, md[2] == 1 ? 0 : i, md[3] == 1 ? 0 : j}, md)];
         }
         if (causal && j > i) acc = -std::numeric_limits<double>::infinity();
         r.s[(bh * r.L + i) * r.S + j] = acc;
@@ -62,42 +62,41 @@ Sdpa sdpa(const Node& n, const ref::RefTensor& q, const ref::RefTensor& k, const
 
 const bool kRefAttention = ref::register_op(kOurDomain, "Attention", [](const Node& n, const ref::Ins& in) {
   const Sdpa r = sdpa(n, *in[0], *in[1], *in[2], in.size() > 3 ? in[3] : nullptr);
-  ref::RefTensor y = ref::RefTensor::zeros(in[0]->dtype, {r.B, r.H, r.L, r.Dv});
+  ref::Tensor y = ref::zeros(in[0]->dtype, {r.B, r.H, r.L, r.Dv});
   for (int64_t bh = 0; bh < r.B * r.H; ++bh)
     for (int64_t i = 0; i < r.L; ++i)
       for (int64_t j = 0; j < r.S; ++j)
         for (int64_t d = 0; d < r.Dv; ++d)
-          y.data[(bh * r.L + i) * r.Dv + d] += r.p[(bh * r.L + i) * r.S + j] * in[2]->data[(bh * r.S + j) * r.Dv + d];
-  ref::RefTensor lse = ref::RefTensor::zeros(DType::kFloat, {r.B, r.H, r.L});
-  lse.data = r.lse;
-  ref::RefTensor backend = ref::RefTensor::zeros(DType::kInt64, {});  // the math backend, 0
+          y.reals[(bh * r.L + i) * r.Dv + d] += r.p[(bh * r.L + i) * r.S + j] * in[2]->reals[(bh * r.S + j) * r.Dv + d];
+  ref::Tensor lse = ref::Tensor::of_reals(DType::kFloat, {r.B, r.H, r.L}, r.lse);
+  ref::Tensor backend = ref::zeros(DType::kInt64, {});  // the math backend, 0
   return ref::Outs{y, lse, backend};
 });
 
 // dS = P ⊙ (dY·Vᵀ − rowsum(dY ⊙ Y) + dLSE); dQ = scale·dS·K; dK = scale·dSᵀ·Q; dV = Pᵀ·dY.
 const bool kRefAttentionGrad = ref::register_op(kOurDomain, "AttentionGrad", [](const Node& n, const ref::Ins& in) {
-  const ref::RefTensor &q = *in[1], &k = *in[2], &v = *in[3], &y = *in[4];
+  const ref::Tensor &q = *in[1], &k = *in[2], &v = *in[3], &y = *in[4];
   const Sdpa r = sdpa(n, q, k, v, in.size() > 6 ? in[6] : nullptr);
   const double scale = n.attrs.has("scale") ? n.attrs.get_float("scale", 1.0f) : 1.0 / std::sqrt(double(q.shape[3]));
-  ref::RefTensor dq = ref::RefTensor::zeros(q.dtype, q.shape), dk = ref::RefTensor::zeros(k.dtype, k.shape),
-                 dv = ref::RefTensor::zeros(v.dtype, v.shape);
-  auto dy = [&](int64_t e) { return in[0] ? in[0]->data[e] : 0.0; };
+  ref::Tensor dq = ref::zeros(q.dtype, q.shape), dk = ref::zeros(k.dtype, k.shape),
+                 dv = ref::zeros(v.dtype, v.shape);
+  auto dy = [&](int64_t e) { return in[0] ? in[0]->reals[e] : 0.0; };
   for (int64_t bh = 0; bh < r.B * r.H; ++bh)
     for (int64_t i = 0; i < r.L; ++i) {
       double delta = 0;
-      for (int64_t d = 0; d < r.Dv; ++d) delta += dy((bh * r.L + i) * r.Dv + d) * y.data[(bh * r.L + i) * r.Dv + d];
-      if (in.size() > 7 && in[7]) delta -= in[7]->data[bh * r.L + i];
+      for (int64_t d = 0; d < r.Dv; ++d) delta += dy((bh * r.L + i) * r.Dv + d) * y.reals[(bh * r.L + i) * r.Dv + d];
+      if (in.size() > 7 && in[7]) delta -= in[7]->reals[bh * r.L + i];
       for (int64_t j = 0; j < r.S; ++j) {
         const double p = r.p[(bh * r.L + i) * r.S + j];
         double dp = 0;
         for (int64_t d = 0; d < r.Dv; ++d) {
-          dp += dy((bh * r.L + i) * r.Dv + d) * v.data[(bh * r.S + j) * r.Dv + d];
-          dv.data[(bh * r.S + j) * r.Dv + d] += p * dy((bh * r.L + i) * r.Dv + d);
+          dp += dy((bh * r.L + i) * r.Dv + d) * v.reals[(bh * r.S + j) * r.Dv + d];
+          dv.reals[(bh * r.S + j) * r.Dv + d] += p * dy((bh * r.L + i) * r.Dv + d);
         }
         const double ds = p * (dp - delta) * scale;
         for (int64_t d = 0; d < r.D; ++d) {
-          dq.data[(bh * r.L + i) * r.D + d] += ds * k.data[(bh * r.S + j) * r.D + d];
-          dk.data[(bh * r.S + j) * r.D + d] += ds * q.data[(bh * r.L + i) * r.D + d];
+          dq.reals[(bh * r.L + i) * r.D + d] += ds * k.reals[(bh * r.S + j) * r.D + d];
+          dk.reals[(bh * r.S + j) * r.D + d] += ds * q.reals[(bh * r.L + i) * r.D + d];
         }
       }
     }
@@ -273,7 +272,7 @@ std::vector<const Node*> ops(const Graph& g, const std::string& op) {
 
 // Y of the graph on fixed random inputs (B = 2, T = 3), through the reference evaluator.
 std::vector<double> run_ref(const Built& b) {
-  std::map<ValueId, ref::RefTensor> feeds;
+  std::map<ValueId, ref::Tensor> feeds;
   uint64_t state = 42;
   auto rnd = [&] {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -283,12 +282,12 @@ std::vector<double> run_ref(const Built& b) {
     const Value& v = b.g.value(in);
     ref::Dims dims;
     for (const Dim& d : v.shape.dims) dims.push_back(d.is_known() ? d.value : (d.symbol == "B" ? 2 : 3));
-    ref::RefTensor t = ref::RefTensor::zeros(v.dtype, dims);
-    for (size_t i = 0; i < t.data.size(); ++i)
-      t.data[i] = v.dtype == DType::kBool ? (i % 3 != 2) : rnd();  // keep every 3rd key masked
+    ref::Tensor t = ref::zeros(v.dtype, dims);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      ref::set(t, i, v.dtype == DType::kBool ? (i % 3 != 2) : rnd());  // keep every 3rd key masked
     feeds[in] = t;
   }
-  return ref::evaluate(b.g, feeds).at(b.y).data;
+  return ref::evaluate(b.g, feeds).at(b.y).reals;
 }
 
 void expect_same_numbers(const Built& before, const Built& after) {

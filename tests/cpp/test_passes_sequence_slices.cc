@@ -168,19 +168,19 @@ TEST(SequenceToSlices, KeepdimsZeroWithoutSplitSlicesOneAndSqueezes) {  // x.unb
 
 // x = 0, 1, 2, ... of shape (2, T, 4): pieces as torch.split/chunk/unbind cut them, with the
 // number of pieces counting negative positions from the end.
-ref::RefTensor iota(int64_t t) {
-  ref::RefTensor x{DType::kFloat, {2, t, 4}, {}};
-  for (int64_t i = 0; i < 2 * t * 4; ++i) x.data.push_back(double(i));
+ref::Tensor iota(int64_t t) {
+  ref::Tensor x{DType::kFloat, {2, t, 4}, {}, {}};
+  for (int64_t i = 0; i < 2 * t * 4; ++i) x.reals.push_back(double(i));
   return x;
 }
-ref::RefTensor expected_piece(const Spec& s, int64_t t, int64_t pos) {
+ref::Tensor expected_piece(const Spec& s, int64_t t, int64_t pos) {
   const int64_t size = s.split == SplitBy::kNothing ? 1 : s.split == SplitBy::kConstant ? s.size : (t + s.size - 1) / s.size;
   const int64_t n = (t + size - 1) / size, k = pos < 0 ? pos + n : pos;
   const int64_t lo = k * size, hi = std::min(t, lo + size);
-  ref::RefTensor y{DType::kFloat, {2, hi - lo, 4}, {}};
+  ref::Tensor y{DType::kFloat, {2, hi - lo, 4}, {}, {}};
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t j = lo; j < hi; ++j)
-      for (int64_t c = 0; c < 4; ++c) y.data.push_back(double((b * t + j) * 4 + c));
+      for (int64_t c = 0; c < 4; ++c) y.reals.push_back(double((b * t + j) * 4 + c));
   if (s.split == SplitBy::kNothing && s.keepdims == 0) y.shape = {2, 4};
   return y;
 }
@@ -202,21 +202,21 @@ TEST(SequenceToSlices, PiecesAndGradientAtTwoSizesOfTheDynamicDim) {
     ASSERT_NE(tg.input_grads[0], kNoValue);
     for (int64_t t : {7, 8}) {  // ragged last pieces at both sizes, and different piece sizes
       SCOPED_TRACE("spec " + std::to_string(si) + ", T = " + std::to_string(t));
-      std::map<ValueId, ref::RefTensor> feeds{{g.inputs[0], iota(t)}};
+      std::map<ValueId, ref::Tensor> feeds{{g.inputs[0], iota(t)}};
       std::vector<double> dx(2 * t * 4, 0.0);  // each dY = 1: dx counts the picks covering x
       for (size_t i = 0; i < s.positions.size(); ++i) {
-        ref::RefTensor want = expected_piece(s, t, s.positions[i]);
-        ref::RefTensor ones{DType::kFloat, want.shape, std::vector<double>(want.data.size(), 1.0)};
-        feeds[tg.grad_of_outputs[i]] = ones;
-        for (double v : want.data) dx[static_cast<size_t>(v)] += 1.0;
+        ref::Tensor want = expected_piece(s, t, s.positions[i]);
+        const std::vector<double> ones(want.reals.size(), 1.0);
+        feeds[tg.grad_of_outputs[i]] = ref::Tensor::of_reals(DType::kFloat, want.shape, ones);
+        for (double v : want.reals) dx[static_cast<size_t>(v)] += 1.0;
       }
       const auto env = ref::evaluate(tg.graph, feeds);
       for (size_t i = 0; i < s.positions.size(); ++i) {
-        const ref::RefTensor want = expected_piece(s, t, s.positions[i]);
+        const ref::Tensor want = expected_piece(s, t, s.positions[i]);
         EXPECT_EQ(env.at(g.outputs[i]).shape, want.shape) << "position " << s.positions[i];
-        EXPECT_EQ(env.at(g.outputs[i]).data, want.data) << "position " << s.positions[i];
+        EXPECT_EQ(env.at(g.outputs[i]).reals, want.reals) << "position " << s.positions[i];
       }
-      EXPECT_EQ(env.at(tg.input_grads[0]).data, dx);
+      EXPECT_EQ(env.at(tg.input_grads[0]).reals, dx);
     }
   }
 }

@@ -266,15 +266,15 @@ TEST(Recompute, ACastToFp32HasACompromiseSavingHalf) {
 }
 
 // ----- numerics: the same gradients, bit for bit ---------------------------------------------
-std::map<ValueId, ref::RefTensor> random_feeds(const TrainingGraph& tg, uint64_t seed) {
+std::map<ValueId, ref::Tensor> random_feeds(const TrainingGraph& tg, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(-1.5, 1.5);
-  std::map<ValueId, ref::RefTensor> feeds;
+  std::map<ValueId, ref::Tensor> feeds;
   const auto fill = [&](ValueId v) {
     std::vector<int64_t> shape;
     for (const Dim& d : tg.graph.value(v).shape.dims) shape.push_back(d.value >= 0 ? d.value : 3);  // batch = 3
-    ref::RefTensor t = ref::RefTensor::zeros(tg.graph.value(v).dtype, shape);
-    for (double& x : t.data) x = dist(rng);
+    ref::Tensor t = ref::zeros(tg.graph.value(v).dtype, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) ref::set(t, i, dist(rng));
     feeds[v] = t;
   };
   for (ValueId v : tg.graph.inputs) fill(v);
@@ -283,11 +283,11 @@ std::map<ValueId, ref::RefTensor> random_feeds(const TrainingGraph& tg, uint64_t
   return feeds;
 }
 
-std::vector<std::vector<double>> input_grads(const TrainingGraph& tg, const std::map<ValueId, ref::RefTensor>& feeds) {
+std::vector<std::vector<double>> input_grads(const TrainingGraph& tg, const std::map<ValueId, ref::Tensor>& feeds) {
   ref::evaluate(tg.graph, feeds, tg.num_forward_nodes);  // forward reads no backward value
   auto env = ref::evaluate(tg.graph, feeds);
   std::vector<std::vector<double>> out;
-  for (ValueId v : tg.input_grads) out.push_back(v == kNoValue ? std::vector<double>{} : env.at(v).data);
+  for (ValueId v : tg.input_grads) out.push_back(v == kNoValue ? std::vector<double>{} : env.at(v).reals);
   return out;
 }
 
