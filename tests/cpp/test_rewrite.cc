@@ -319,6 +319,62 @@ TEST(Rewrite, ARewriteThatWouldLoseAValueOrReadOneTooEarlyIsSkipped) {
   EXPECT_EQ(g.nodes.size(), 3u);
 }
 
+// s = Exp(a), read by a Relu and a Neg (and, as asked, by a Sqrt or as a graph output); a Tanh of a
+// between them.
+struct ExpReadTwice {
+  Graph g;
+  ValueId a, s, t, r1, r2;
+  explicit ExpReadTwice(bool sqrt_reads = false, bool s_is_output = false)
+      : a(fvalue(g, "a")), s(fvalue(g, "s")), t(fvalue(g, "t")), r1(fvalue(g, "r1")), r2(fvalue(g, "r2")) {
+    g.inputs = {a};
+    add_node(g, "Exp", {a}, {s}, "/exp");
+    add_node(g, "Relu", {s}, {r1}, "/relu");
+    add_node(g, "Tanh", {a}, {t}, "/tanh");
+    add_node(g, "Neg", {s}, {r2}, "/neg");
+    g.outputs = {r1, r2, t};
+    if (sqrt_reads) {
+      const ValueId q = fvalue(g, "q");
+      add_node(g, "Sqrt", {s}, {q}, "/sqrt");
+      g.outputs.push_back(q);
+    }
+    if (s_is_output) g.outputs.push_back(s);
+  }
+};
+
+// Exp and every reader -> Fused(a) making the Relu's value, then Mirror(Fused's output or `mirror_reads`).
+Rule exp_and_readers(ValueId mirror_reads = kNoValue) {
+  NodePattern readers = where([](const Graph&, const Node& n) { return n.op_type == "Relu" || n.op_type == "Neg"; });
+  return Rule{"Exp and its readers -> Fused + Mirror",
+              op("Exp").in({val("a")}).read_by_all("s", readers.at_least_these_inputs()), {},
+              [mirror_reads](Graph& g, const Match& m, const Node&) {
+                std::vector<ValueId> outs;
+                for (NodeId r : m.readers(m.value("s"))) outs.push_back(g.nodes[r].outputs[0]);  // r1, r2
+                const ValueId read = mirror_reads == kNoValue ? outs[0] : mirror_reads;
+                return Replacement{Node{"", "Fused", "", {m.value("a")}, {outs[0]}, {}}, {},
+                                   {Node{"", "Mirror", "/mirror", {read}, {outs[1]}, {}}}};
+              }};
+}
+
+TEST(Rewrite, EveryReaderOfTheRootGoesWithTheMatchAndNodesAfterTheNewOneReadItsOutputs) {
+  ExpReadTwice t;
+  ASSERT_TRUE(apply(t.g, {exp_and_readers()}));
+  verify(t.g);
+  ASSERT_EQ(t.g.nodes.size(), 3u);
+  EXPECT_EQ(t.g.nodes[0].op_type, "Fused");  // in the Exp's place, the Mirror just after it
+  EXPECT_EQ(t.g.nodes[0].name, "/exp");
+  EXPECT_EQ(t.g.nodes[1].op_type, "Mirror");
+  EXPECT_EQ(t.g.nodes[1].inputs, std::vector<ValueId>{t.r1});
+  EXPECT_EQ(t.g.nodes[1].outputs, std::vector<ValueId>{t.r2});
+  EXPECT_EQ(t.g.nodes[2].op_type, "Tanh");
+
+  ExpReadTwice other_reader(true), read_outside(false, true), mirror_reads_s;
+  EXPECT_FALSE(apply(other_reader.g, {exp_and_readers()}));  // the Sqrt does not match
+  EXPECT_FALSE(apply(read_outside.g, {exp_and_readers()}));  // s is a graph output
+  // A node after the new one reading a value that went with the match (s): skipped.
+  EXPECT_FALSE(apply(mirror_reads_s.g, {exp_and_readers(mirror_reads_s.s)}));
+  EXPECT_EQ(mirror_reads_s.g.nodes.size(), 4u);
+}
+
 TEST(Rewrite, ANodeOnlySeenStaysWhoeverElseReadsIt) {
   // y = x + Neg(c) and e = Exp(Neg(c)): `sees` matches the shared Neg without taking it.
   Graph g;
@@ -356,7 +412,7 @@ TEST(Rewrite, ATreeIsTheLargestOneEndingAtItsRootWhenTheScanStartsAtTheLast) {
                       taken = m.interior();
                       return true;
                     },
-                    [](Graph&, const Match& m, const Node& root) {
+                    [](Graph&, const Match&, const Node& root) {
                       return Node{"", "Fused", "", {}, root.outputs, {}};
                     }};
     ASSERT_TRUE(apply(g, {fuse}, Scan::kLastToFirst));

@@ -132,10 +132,16 @@ class Matcher {
     return false;
   }
 
-  // A node reading output 0 of the root, matched by the rule's reader pattern.
+  // A node reading output 0 of the root (every node, for read_by_all), matched by the rule's
+  // reader pattern.
   bool reader(NodeId root, const NodePattern& p, Match& m, const Cont& k) const {
     const ValueId out = g_.nodes[root].outputs.empty() ? kNoValue : g_.nodes[root].outputs[0];
     if (out == kNoValue || !bind(m.values_, p.root_output, out)) return false;
+    if (p.all_readers) {
+      const std::vector<NodeId>& all = idx_.consumers[out];
+      if (all.empty() || pattern::is_graph_output(g_, out)) return false;
+      return every_reader(root, all, 0, *p.reader, m, k);
+    }
     for (NodeId r : idx_.consumers[out]) {
       if (dropped_[r] || r <= root) continue;
       Match saved = m;
@@ -143,6 +149,14 @@ class Matcher {
       m = std::move(saved);
     }
     return false;
+  }
+
+  bool every_reader(NodeId root, const std::vector<NodeId>& all, size_t j, const NodePattern& p, Match& m,
+                    const Cont& k) const {
+    if (j == all.size()) return k(m);
+    const NodeId r = all[j];
+    if (dropped_[r] || r <= root) return false;
+    return node(r, p, m, removing(r, false, [&](Match& mm) { return every_reader(root, all, j + 1, p, mm, k); }));
   }
 
   // Every value taken in with `inside` is read by matched nodes only.
@@ -282,10 +296,10 @@ namespace {
 
 // The rewrite keeps the graph whole (see the header comment).
 bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const Match& m, const Replacement& r) {
-  const Node& with = r.node;
   std::set<NodeId> matched(m.interior().begin(), m.interior().end());
   matched.insert(at);
-  const std::set<ValueId> made(with.outputs.begin(), with.outputs.end());
+  std::set<ValueId> made(r.node.outputs.begin(), r.node.outputs.end());
+  for (const Node& n : r.after) made.insert(n.outputs.begin(), n.outputs.end());
   for (NodeId n : matched)
     for (ValueId v : g.nodes[n].outputs) {
       if (v == kNoValue || made.count(v)) continue;
@@ -294,17 +308,20 @@ bool keeps_graph_whole(const Graph& g, const GraphIndex& idx, NodeId at, const M
       for (NodeId r : idx.consumers[v])
         if (!matched.count(r)) return false;
     }
-  std::vector<ValueId> read = with.inputs;
+  std::vector<ValueId> read = r.node.inputs;
   for (const Node& n : r.before) read.insert(read.end(), n.inputs.begin(), n.inputs.end());
+  for (const Node& n : r.after)
+    for (ValueId v : n.inputs)
+      if (!made.count(v)) read.push_back(v);  // the new nodes' outputs exist by then
   for (ValueId v : read) {
     if (v == kNoValue || v >= static_cast<ValueId>(idx.producer.size())) continue;  // new: made before
     const NodeId p = idx.producer[v];
     if (p >= at || (p >= 0 && matched.count(p))) return false;  // made later, or by a node that goes
   }
-  for (ValueId v : with.outputs)
+  for (ValueId v : made)
     if (v != kNoValue && v < static_cast<ValueId>(idx.consumers.size()))
-      for (NodeId r : idx.consumers[v])
-        if (r <= at && !matched.count(r)) return false;
+      for (NodeId reader : idx.consumers[v])
+        if (reader <= at && !matched.count(reader)) return false;
   return true;
 }
 
@@ -314,7 +331,7 @@ bool apply(Graph& g, const std::vector<Rule>& rules, Scan order) {
   const GraphIndex idx(g);
   std::vector<char> drop(g.nodes.size(), 0);
   const Matcher matcher(g, idx, drop);
-  std::vector<std::vector<Node>> before(g.nodes.size());  // nodes to insert ahead of node i
+  std::vector<std::vector<Node>> before(g.nodes.size()), after(g.nodes.size());  // around node i
   bool changed = false;
   const NodeId n_nodes = static_cast<NodeId>(g.nodes.size());
   for (NodeId step = 0; step < n_nodes; ++step) {
@@ -334,7 +351,9 @@ bool apply(Graph& g, const std::vector<Rule>& rules, Scan order) {
       Node& root = g.nodes[i];
       if (with.node.name.empty()) with.node.name = root.name;
       for (Node& n : with.before) n.in_backward = root.in_backward;
+      for (Node& n : with.after) n.in_backward = root.in_backward;
       before[i] = std::move(with.before);
+      after[i] = std::move(with.after);
       pattern::replace_node(root, std::move(with.node));  // keeps the root's forward/backward half
       for (NodeId interior : m.interior()) drop[interior] = 1;
       changed = true;
@@ -346,6 +365,7 @@ bool apply(Graph& g, const std::vector<Rule>& rules, Scan order) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     for (Node& n : before[i]) nodes.push_back(std::move(n));
     if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+    for (Node& n : after[i]) nodes.push_back(std::move(n));
   }
   g.nodes = std::move(nodes);
   return changed;

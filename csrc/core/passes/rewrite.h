@@ -12,8 +12,9 @@
 // Patterns are trees: a value read twice inside one match (a diamond) is expressed by capturing
 // it under the same name twice, which then must be the same value; `inside` takes in the producer
 // of such a value. Beyond trees: a product of any association and operand order (`product`), a
-// choice between inputs (`one_of`), a scalar constant of a given value (`num`), and one node that
-// reads the root's output (`read_by`, e.g. the LayerNormalization after a residual Add).
+// choice between inputs (`one_of`), a scalar constant of a given value (`num`), one node that
+// reads the root's output (`read_by`, e.g. the LayerNormalization after a residual Add), and every
+// node that reads it (`read_by_all`, a sequence and the SequenceAt nodes that take it apart).
 //
 // Whatever a rule says, a rewrite is applied only when it keeps the graph whole: every value a
 // removed node made that is read outside the match (or is a graph output) is made by the new
@@ -76,8 +77,9 @@ struct NodePattern {
   // tree(): which nodes the tree takes in (given the root), and how many at most.
   std::function<bool(const Graph&, const Node& member, const Node& root)> member;
   size_t max_nodes = 0;
-  std::shared_ptr<NodePattern> reader;  // the root only: see read_by()
+  std::shared_ptr<NodePattern> reader;  // the root only: see read_by() and read_by_all()
   std::string root_output;
+  bool all_readers = false;
 
   NodePattern& as(std::string name) { capture = std::move(name); return *this; }
   NodePattern& in(std::vector<Input> ins) { inputs = std::move(ins); return *this; }
@@ -89,6 +91,14 @@ struct NodePattern {
   NodePattern& read_by(std::string output, NodePattern p) {
     root_output = std::move(output);
     reader = std::make_shared<NodePattern>(std::move(p));
+    return *this;
+  }
+  // The root only: every node reading the root's output 0 (at least one; the output is no graph
+  // output) matches `p`, which captures nothing, and all of them go with the match. The builder
+  // finds them as m.readers(m.value(output)); what it makes runs at the root's place.
+  NodePattern& read_by_all(std::string output, NodePattern p) {
+    read_by(std::move(output), std::move(p));
+    all_readers = true;
     return *this;
   }
 };
@@ -122,12 +132,14 @@ Input num(double value, double rtol = 0.0);
 // The first of these that leads to a whole match (the value captured as `capture`).
 Input one_of(std::vector<Input> alternatives, std::string capture = "");
 
-// What a builder makes: the node that takes the root's place, and nodes that run just before it
-// (a Flatten of an input the new node reads); a Node converts to one without those.
+// What a builder makes: the node that takes the root's place, nodes that run just before it (a
+// Flatten of an input the new node reads) and nodes that run just after it (reading its outputs);
+// a Node converts to one without those.
 struct Replacement {
   Node node;
-  std::vector<Node> before;
-  Replacement(Node n, std::vector<Node> b = {}) : node(std::move(n)), before(std::move(b)) {}  // NOLINT: implicit
+  std::vector<Node> before, after;
+  Replacement(Node n, std::vector<Node> b = {}, std::vector<Node> a = {})  // NOLINT: implicit
+      : node(std::move(n)), before(std::move(b)), after(std::move(a)) {}
 };
 
 struct Rule {
@@ -136,7 +148,7 @@ struct Rule {
   std::function<bool(const Graph&, const Match&)> condition;  // empty: always
   // The node that replaces the root (its domain, op, inputs, outputs, attributes; the name and
   // the training-graph phase of the root are kept when the builder leaves them empty/false). It
-  // may add values to the graph (a new output) and nodes before the new one.
+  // may add values to the graph (a new output) and nodes before and after the new one.
   std::function<Replacement(Graph&, const Match&, const Node& root)> build;
 };
 

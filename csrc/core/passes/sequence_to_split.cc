@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "csrc/core/ir/errors.h"
-#include "csrc/core/passes/pass.h"
 #include "csrc/core/ir/pattern.h"
+#include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/rewrite.h"
 
 namespace torch_ort {
 namespace {
@@ -141,9 +142,9 @@ int64_t saturating_mul(int64_t a, int64_t b) {  // a, b >= 0; Slice clamps anyth
   return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
 }
 
-// Rewrites nodes[at] into one Split; its readers read the Split's outputs.
-void lower_to_split(Graph& g, size_t at, const SeqSplit& sp, const std::vector<int64_t>& sizes) {
-  const Node seq = g.nodes[at];
+// One Split in place of `seq`, the readers' values its outputs (a Squeeze or an Identity after it
+// where a reader's value cannot be one).
+rewrite::Replacement lower_to_split(Graph& g, const Node& seq, const SeqSplit& sp, const std::vector<int64_t>& sizes) {
   const int64_t n = static_cast<int64_t>(sizes.size());
   const Shape xs = g.value(sp.x).shape;
   std::map<NodeId, int64_t> picks;  // SequenceAt node -> the Split output it reads
@@ -153,8 +154,8 @@ void lower_to_split(Graph& g, size_t at, const SeqSplit& sp, const std::vector<i
                             std::to_string(n) + " pieces");
     picks[r] = p < 0 ? p + n : p;
   }
-  // Split output k is the first plain pick's own value (so that pick disappears), otherwise a
-  // fresh value typed from x with the axis sized per piece.
+  // Split output k is the first plain pick's own value, otherwise a fresh value typed from x with
+  // the axis sized per piece.
   std::vector<ValueId> outs(n, kNoValue);
   if (!sp.squeeze)
     for (const auto& [r, k] : picks)
@@ -172,31 +173,26 @@ void lower_to_split(Graph& g, size_t at, const SeqSplit& sp, const std::vector<i
   }
   Attributes sa;
   sa.set("axis", sp.axis);
-  pattern::replace_node(g.nodes[at], Node{"", "Split", seq.name, {sp.x, split}, outs, std::move(sa)});
-  std::vector<char> drop(g.nodes.size(), 0);
+  std::vector<Node> after;
   for (const auto& [r, k] : picks) {
-    Node& rn = g.nodes[r];
+    const Node& rn = g.nodes[r];
     if (sp.squeeze) {  // keepdims=0: the pick is x's piece without the split axis
       ValueId axes = g.new_value(rn.name + "/axes", DType::kInt64, Shape::of({Dim::known(1)}));
       g.initializers[axes] = TensorData::from_int64s({sp.axis});
-      pattern::replace_node(rn, Node{"", "Squeeze", rn.name, {outs[k], axes}, rn.outputs, {}});
-    } else if (rn.outputs[0] == outs[k]) {
-      drop[r] = 1;  // Split now produces this value
-    } else {  // a second pick of the same piece keeps its own value
-      pattern::replace_node(rn, Node{"", "Identity", rn.name, {outs[k]}, rn.outputs, {}});
+      after.push_back(Node{"", "Squeeze", rn.name, {outs[k], axes}, rn.outputs, {}});
+    } else if (rn.outputs[0] != outs[k]) {  // a second pick of the same piece keeps its own value
+      after.push_back(Node{"", "Identity", rn.name, {outs[k]}, rn.outputs, {}});
     }
   }
-  pattern::erase_nodes(g, drop);
+  return {Node{"", "Split", "", {sp.x, split}, outs, std::move(sa)}, {}, std::move(after)};
 }
 
-// Rewrites nodes[at] into the shape arithmetic its readers share and each SequenceAt into
-// Slice(x, start, end, [axis]) (+ Squeeze for keepdims=0). With a piece size s, piece k >= 0 is
+// The shape arithmetic the readers share, then each SequenceAt as Slice(x, start, end, [axis])
+// (+ Squeeze for keepdims=0), all in place of `seq`. With a piece size s, piece k >= 0 is
 // [k·s, (k+1)·s) (Slice clamps the ragged last one); piece p < 0 is piece n + p of the
 // n = ceil(D / s) pieces of D = x.shape[axis], clamped at 0 so a missing piece is empty.
-void lower_to_slices(Graph& g, size_t at, const SeqSplit& sp) {
-  const Node seq = g.nodes[at];
+rewrite::Replacement lower_to_slices(Graph& g, const Node& seq, const SeqSplit& sp) {
   Emitter e{g, seq.name, {}};
-  std::map<NodeId, std::vector<Node>> at_pick;  // SequenceAt node -> the nodes replacing it
   const int64_t c = sp.split == kNoValue ? 1 : sp.c ? sp.c->values[0] : 0;  // 0: known at run time
   ValueId s = kNoValue, n = kNoValue, zero = kNoValue;
   if (c == 0) {  // s = the scalar split as [1] int64, for the Slice arithmetic
@@ -218,11 +214,8 @@ void lower_to_slices(Graph& g, size_t at, const SeqSplit& sp) {
     zero = e.konst(0);
     if (c) s = e.konst(c);
   }
-  std::vector<Node> shared = std::move(e.nodes);
-
   for (const auto& [r, p] : sp.picks) {
     const Node& rn = g.nodes[r];
-    e.nodes.clear();
     ValueId start, end;
     if (p >= 0 && c) {
       start = e.konst(saturating_mul(p, c));
@@ -254,22 +247,22 @@ void lower_to_slices(Graph& g, size_t at, const SeqSplit& sp) {
     }
     e.emit("Slice", {sp.x, start, end, e.konst(sp.axis)}, {piece});
     if (sp.squeeze) e.emit("Squeeze", {piece, e.konst(sp.axis)}, {y});
-    for (Node& k : e.nodes) k.in_backward = rn.in_backward;
-    at_pick[r] = std::move(e.nodes);
   }
 
-  std::vector<Node> out;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const auto it = at_pick.find(static_cast<NodeId>(i));
-    if (i == at) {
-      for (Node& k : shared) k.in_backward = seq.in_backward, out.push_back(std::move(k));
-    } else if (it != at_pick.end()) {
-      for (Node& k : it->second) out.push_back(std::move(k));
-    } else {
-      out.push_back(std::move(g.nodes[i]));
-    }
-  }
-  g.nodes = std::move(out);
+  Node first = std::move(e.nodes.front());
+  e.nodes.erase(e.nodes.begin());
+  return {std::move(first), {}, std::move(e.nodes)};
+}
+
+rewrite::NodePattern any_node() {
+  return rewrite::where([](const Graph&, const Node&) { return true; }).at_least_these_inputs();
+}
+
+rewrite::Replacement lower(Graph& g, const rewrite::Match& m, const Node& seq) {
+  const SeqSplit sp = read(g, m.index(), m.node("sequence"));
+  if (const std::optional<std::vector<int64_t>> sizes = static_sizes(g, sp)) return lower_to_split(g, seq, sp, *sizes);
+  if (sp.list) cannot_lower(seq, "its split list '" + g.value(sp.split).name + "' has a length known only at run time");
+  return lower_to_slices(g, seq, sp);
 }
 
 class SequenceToSplit final : public Pass {
@@ -277,30 +270,34 @@ class SequenceToSplit final : public Pass {
   std::string_view name() const override { return "sequence_to_split"; }
   bool can_disable() const override { return false; }  // no kernel or gradient takes sequences
 
-  // Every SplitToSequence goes (or the pass throws). A lowering replaces nodes[i] and its readers
-  // (all after it) and leaves the nodes before i as they were, so the scan goes on from i.
+  // Every SplitToSequence goes, with its readers, or the pass throws naming why. The rule takes
+  // any readers; lower() checks them (read) and throws for those it cannot lower.
   bool run(Graph& g) override {
-    bool changed = false;
-    for (size_t i = 0; i < g.nodes.size();) {
-      if (!pattern::is_onnx(g.nodes[i], "SplitToSequence")) { ++i; continue; }
-      changed = true;
-      const GraphIndex idx(g);
-      const std::vector<ValueId>& outs = g.nodes[i].outputs;
-      if (outs.empty() || outs[0] == kNoValue ||
-          (idx.consumers[outs[0]].empty() && !pattern::is_graph_output(g, outs[0]))) {
-        g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));  // nothing reads it
-        continue;
+    bool changed = drop_unread(g);
+    changed |= rewrite::apply(g, {rewrite::Rule{
+        "SplitToSequence + SequenceAt -> Split or Slice",
+        rewrite::op("SplitToSequence").as("sequence").at_least_these_inputs().read_by_all("pieces", any_node()),
+        nullptr, lower}});
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (pattern::is_onnx(g.nodes[i], "SplitToSequence")) {  // what the rule could not take: say why
+        read(g, GraphIndex(g), static_cast<NodeId>(i));
+        cannot_lower(g.nodes[i], "its readers could not be replaced with it");
       }
-      const SeqSplit sp = read(g, idx, static_cast<NodeId>(i));
-      if (const std::optional<std::vector<int64_t>> sizes = static_sizes(g, sp))
-        lower_to_split(g, i, sp, *sizes);
-      else if (sp.list)
-        cannot_lower(g.nodes[i], "its split list '" + g.value(sp.split).name + "' has a length known only at run time");
-      else
-        lower_to_slices(g, i, sp);
-      ++i;
-    }
     return changed;
+  }
+
+ private:
+  static bool drop_unread(Graph& g) {  // a SplitToSequence nothing reads
+    const GraphIndex idx(g);
+    std::vector<char> drop(g.nodes.size(), 0);
+    bool any = false;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!pattern::is_onnx(g.nodes[i], "SplitToSequence")) continue;
+      const ValueId out = g.nodes[i].outputs.empty() ? kNoValue : g.nodes[i].outputs[0];
+      if (out == kNoValue || (idx.consumers[out].empty() && !pattern::is_graph_output(g, out))) drop[i] = any = true;
+    }
+    if (any) pattern::erase_nodes(g, drop);
+    return any;
   }
 };
 
