@@ -93,13 +93,18 @@ def test_ddp_training_smoke(tmp_path):
 
 
 def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
-    """The BERT example, shortened: it trains through the engine (bf16, FusedLamb, accumulation),
-    and a run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss.
+    """The BERT example, shortened: it trains through the engine (FusedLamb, accumulation), and a
+    run stopped at step 3 and resumed from its checkpoint ends at the uninterrupted run's loss.
     The three runs share an export cache of their own (the first run's graph), never another
-    test's."""
+    test's. In fp32: under bf16 autocast, two processes have printed losses one unit apart in the
+    fourth decimal on some machines (a last-bit difference in an fp32 accumulation flips bf16
+    roundings; its source is not identified, and resuming within one process is exact:
+    test_training_resume.py). A resume that loses the RNG state moves step 4's loss by ~1e-3, one
+    that loses the optimizer state step 5's by ~1e-2, in either precision. The bf16 default runs
+    in the documented command lines below."""
     env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": str(tmp_path / "cache")}
     base = [sys.executable, str(ROOT / "examples" / "bert_pretraining.py"), "--steps", "6", "--accum", "2",
-            "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu"]
+            "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu", "--precision", "fp32"]
 
     def run(*extra, ckpt):
         done = subprocess.run([*base, "--checkpoint-dir", str(ckpt), *extra], capture_output=True, text=True,
