@@ -29,6 +29,19 @@ def test_kernel_matches_torch(case):
         torch.testing.assert_close(got, want, **TOL.get(want.dtype, dict(rtol=0, atol=0)))
 
 
+@pytest.mark.parametrize("op, inputs", [
+    ("GatherGrad", [f(4, 3), i64(5, 3), i64(1, -1, 1, 0), f(3, 5)]),
+    ("EmbeddingGrad", [f(4, 3), i64(1, 2, 1, 0), i64(5, 3), f(5, 3).double()]),
+])
+def test_a_gradient_accumulator_of_another_shape_or_dtype_is_an_error_naming_it(op, inputs):
+    case = Case(op, inputs, None, domain="com.torch_ort")
+    model, feeds = single_node_model(case, [torch.zeros(5, 3)])
+    engine = _C.Engine(model, False, [False] * len(feeds))
+    with pytest.raises(_C.KernelError, match=r"accumulator of shape \[[35], [35]\] \((Float|Double)\) does not "
+                                             r"match the gradient's \[5, 3\] \(Float\)"):
+        engine.forward(feeds)
+
+
 # Kernels a single-node model cannot drive, and where they are tested instead.
 NO_SINGLE_NODE_CASE = {
     "com.torch_ort::ATenOpGrad": "reads the autograd history ATenOp's forward made; "

@@ -45,6 +45,18 @@ inline bool fused_dropout_device(const at::Tensor& x) {
   return x.is_cuda() || x.is_xpu() || x.is_lazy() || x.is_privateuseone();
 }
 
+// The buffer a scatter-back of gradients adds into: input i, the same value's other gradient
+// contributions (a tied weight's), checked against `shape` and dY's dtype, overwritten where the
+// plan allows and copied otherwise. Undefined when the node has no such input.
+inline at::Tensor accumulator(const KernelCtx& c, int i, c10::IntArrayRef shape, const at::Tensor& dy) {
+  if (!c.has_input(i)) return at::Tensor();
+  const at::Tensor& acc = c.input(i);
+  if (acc.sizes() != shape || acc.scalar_type() != dy.scalar_type())
+    c.fail("accumulator of shape " + c10::str(acc.sizes()) + " (" + c10::toString(acc.scalar_type()) +
+           ") does not match the gradient's " + c10::str(shape) + " (" + c10::toString(dy.scalar_type()) + ")");
+  return c.may_overwrite_input(i, acc.sizes(), dy.scalar_type()) ? acc : acc.clone(at::MemoryFormat::Contiguous);
+}
+
 // The gradient of a graph output that autograd passed as None: a stride-0 view of one cached zero
 // per dtype and device (never a filled buffer of the output's size: a GPT's logits are 200 MB).
 // The cached zeros live for the process, so is_absent_gradient's storage test has no false hits.

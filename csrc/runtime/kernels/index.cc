@@ -126,16 +126,8 @@ void gather_grad_kernel(KernelCtx& c) {
     c.fail("gradient of shape " + c10::str(dy.sizes()) + " does not match data shape " +
            c10::str(c10::IntArrayRef(shape)) + " with " + std::to_string(idx.numel()) + " indices on axis " +
            std::to_string(axis));
-  at::Tensor z;
-  if (c.num_inputs() > 3 && c.has_input(3)) {
-    const at::Tensor& acc = c.input(3);
-    if (acc.sizes() != c10::IntArrayRef(shape) || acc.scalar_type() != dy.scalar_type())
-      c.fail("accumulator of shape " + c10::str(acc.sizes()) + " does not match data shape " +
-             c10::str(c10::IntArrayRef(shape)));
-    z = c.may_overwrite_input(3, acc.sizes(), dy.scalar_type()) ? acc : acc.clone(at::MemoryFormat::Contiguous);
-  } else {
-    z = at::zeros(shape, dy.options());
-  }
+  at::Tensor z = accumulator(c, 3, shape, dy);
+  if (!z.defined()) z = at::zeros(shape, dy.options());
   z.view({outer, shape[axis], inner}).index_add_(1, idx, dy.reshape({outer, idx.numel(), inner}));
   c.set_output(0, std::move(z));
 }

@@ -145,13 +145,8 @@ void embedding_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const int64_t pad = c.attrs.get_int("padding_idx", -1);
   const bool by_freq = c.attrs.get_int("scale_grad_by_freq", 0) != 0;
-  if (!c.has_input(3))
-    return c.set_output(0, at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, by_freq));
-  const at::Tensor& acc = c.input(3);
-  if (acc.sizes() != c10::IntArrayRef(wshape) || acc.scalar_type() != dy.scalar_type())
-    c.fail("accumulator of shape " + c10::str(acc.sizes()) + " and type " + c10::toString(acc.scalar_type()) +
-           " does not match the weight's " + c10::str(wshape) + " and the gradient's " + c10::toString(dy.scalar_type()));
-  at::Tensor dw = c.may_overwrite_input(3, acc.sizes(), dy.scalar_type()) ? acc : acc.clone(at::MemoryFormat::Contiguous);
+  at::Tensor dw = accumulator(c, 3, wshape, dy);
+  if (!dw.defined()) return c.set_output(0, at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, by_freq));
   if (by_freq) {
     dw.add_(at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, true));
   } else {

@@ -52,6 +52,8 @@ CASES = [
     Case("GatherGrad", [f(2, 2, 2, 4), i64(2, 3, 4), t([[0, 2], [2, -1]])],
          lambda dy, s, i: torch.zeros(2, 3, 4).index_add(1, (i % 3).reshape(-1), dy.reshape(2, 4, 4)),
          attrs=dict(axis=1), domain=OURS, id="GatherGrad-axis1-2d"),
+    Case("GatherGrad", [f(4, 3), i64(5, 3), i64(1, -1, 1, 0), f(5, 3)],  # added into the accumulator
+         lambda dy, s, i, acc: acc.index_add(0, i % 5, dy), domain=OURS, id="GatherGrad-accumulator"),
     Case("GatherElementsGrad", [f(3, 2), i64(3, 4), t([[0, 3], [3, -1], [1, 1]])],
          lambda dy, s, i: torch.zeros(3, 4).scatter_add(1, i % 4, dy), attrs=dict(axis=1), domain=OURS),
     Case("GatherNDGrad", [f(3, 2), i64(3, 4, 2), t([[0, 1], [2, -1], [0, 1]])],

@@ -135,6 +135,9 @@ CASES = [
     Case("LayerNormalizationScaleGrad", [f(4, 6), _x, _w, _mean, _rstd], ln_backward(1), domain=OURS),
     Case("EmbeddingGrad", [f(2, 3, 4), _pad_ids, i64(10, 4)],
          lambda dy, i, s: aten.embedding_dense_backward(dy, i, 10, 1, False), attrs=dict(padding_idx=1), domain=OURS),
+    Case("EmbeddingGrad", [f(2, 3, 4), _pad_ids, i64(10, 4), f(10, 4)],  # added into a tied head's gradient
+         lambda dy, i, s, acc: acc + aten.embedding_dense_backward(dy, i, 10, 1, False), attrs=dict(padding_idx=1),
+         domain=OURS, id="EmbeddingGrad-accumulator"),
     Case("EmbeddingGrad", [f(4, 2), i64(2, 2, 5, 2), i64(6, 2)],
          lambda dy, i, s: aten.embedding_dense_backward(dy, i, 6, -1, True), attrs=dict(scale_grad_by_freq=1),
          domain=OURS, id="EmbeddingGrad-scale-grad-by-freq"),
