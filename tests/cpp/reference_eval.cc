@@ -66,6 +66,8 @@ int64_t norm_axis(const Node& n, int64_t a, int64_t rank) {
   if (a < -rank || a >= rank) fail(n, "axis " + std::to_string(a) + " out of range");
   return a < 0 ? a + rank : a;
 }
+}  // namespace
+
 // Offset into a tensor of shape `in` (right-aligned, size-1 dims broadcast) for linear index
 // `lin` of a tensor of shape `out`.
 int64_t bcast_offset(int64_t lin, const Dims& out, const Dims& in) {
@@ -101,6 +103,8 @@ Tensor nary(const Node& n, const Ins& xs, DType dtype, const std::function<doubl
   }
   return r;
 }
+namespace {
+
 Tensor broadcast_to(const Node& n, const Tensor& x, const Dims& shape) {
   Tensor s = zeros(x.dtype, shape);  // only its shape is read
   return nary(n, {&x, &s}, x.dtype, [](const double* v) { return v[0]; });

@@ -44,6 +44,12 @@ Dims unravel(int64_t lin, const Dims& s);
 int64_t ravel(const Dims& idx, const Dims& s);
 // The elements of a shape, index or axes input; fails naming the node unless it is integral.
 const Dims& ints_of(const Node& n, const Tensor& t);
+// Numpy broadcasting: the offset in a tensor of shape `in` of element `lin` of one of shape
+// `out`; the shape of xs broadcast together (fails naming the node); and
+// out[i] = f(the inputs at i), in `dtype`.
+int64_t bcast_offset(int64_t lin, const Dims& out, const Dims& in);
+Dims bcast_shape(const Node& n, const Dims& a, const Dims& b);
+Tensor nary(const Node& n, const Ins& xs, DType dtype, const std::function<double(const double*)>& f);
 
 // Runs one node on its inputs (nullptr for an omitted optional input). Returns one tensor per
 // output the op defines (callers drop those the node omits). Throws std::runtime_error naming the

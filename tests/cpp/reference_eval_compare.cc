@@ -10,39 +10,10 @@
 namespace torch_ort::ref {
 namespace {
 
-// Right-aligned broadcasting of `in` inside `out` (the offset of out index `idx` in `in`).
-int64_t bcast_at(const Dims& idx, const Dims& in) {
-  Dims j(in.size());
-  for (size_t d = 0; d < in.size(); ++d) j[d] = in[d] == 1 ? 0 : idx[idx.size() - in.size() + d];
-  return ravel(j, in);
-}
-Dims bcast(const Node& n, const Ins& xs) {
-  Dims r;
-  for (auto* x : xs) {
-    Dims s(std::max(r.size(), x->shape.size()), 1);
-    for (size_t i = 0; i < s.size(); ++i) {
-      int64_t a = i < r.size() ? r[r.size() - 1 - i] : 1, b = i < x->shape.size() ? x->shape[x->shape.size() - 1 - i] : 1;
-      if (a != b && a != 1 && b != 1) fail(n, "shapes do not broadcast");
-      s[s.size() - 1 - i] = a == 1 ? b : a;
-    }
-    r = s;
-  }
-  return r;
-}
-Tensor nary(const Node& n, const Ins& xs, DType dt, const std::function<double(const std::vector<double>&)>& f) {
-  Tensor r = zeros(dt, bcast(n, xs));
-  std::vector<double> v(xs.size());
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    Dims idx = unravel(i, r.shape);
-    for (size_t k = 0; k < xs.size(); ++k) v[k] = get(*xs[k], bcast_at(idx, xs[k]->shape));
-    set(r, i, f(v));
-  }
-  return r;
-}
 #define X(i) (*in.at(i))
 OpFn binary(DType dt, double (*f)(double, double)) {
   return [dt, f](const Node& n, const Ins& in) -> Outs {
-    return {nary(n, {in.at(0), in.at(1)}, dt, [f](const std::vector<double>& v) { return f(v[0], v[1]); })};
+    return {nary(n, {in.at(0), in.at(1)}, dt, [f](const double* v) { return f(v[0], v[1]); })};
   };
 }
 
@@ -68,20 +39,20 @@ const bool kRegistered = [] {
   });
   for (const bool is_max : {true, false})
     reg(is_max ? "Max" : "Min", [is_max](const Node& n, const Ins& in) -> Outs {
-      return {nary(n, in, X(0).dtype, [is_max](const std::vector<double>& v) {
-        return is_max ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end()); })};
+      return {nary(n, in, X(0).dtype, [is_max, k = in.size()](const double* v) {
+        return is_max ? *std::max_element(v, v + k) : *std::min_element(v, v + k); })};
     });
   ours("MinMaxGrad", [](const Node& n, const Ins& in) -> Outs {  // (dY, Y, X_0, ...) -> dX_i
     const Tensor &dy = X(0), &y = X(1);
     Outs r;
     for (size_t i = 2; i < in.size(); ++i) r.push_back(zeros(dy.dtype, X(i).shape));
     for (int64_t j = 0; j < y.numel(); ++j) {
-      const Dims idx = unravel(j, y.shape);
+      auto at = [&](size_t i) { return bcast_offset(j, y.shape, X(i).shape); };
       int64_t ties = 0;
-      for (size_t i = 2; i < in.size(); ++i) ties += X(i).reals[bcast_at(idx, X(i).shape)] == y.reals[j];
+      for (size_t i = 2; i < in.size(); ++i) ties += X(i).reals[at(i)] == y.reals[j];
       if (ties == 0) fail(n, "Y is none of the inputs");
       for (size_t i = 2; i < in.size(); ++i)
-        if (X(i).reals[bcast_at(idx, X(i).shape)] == y.reals[j]) r[i - 2].reals[bcast_at(idx, X(i).shape)] += dy.reals[j] / ties;
+        if (X(i).reals[at(i)] == y.reals[j]) r[i - 2].reals[at(i)] += dy.reals[j] / ties;
     }
     return r;
   });
@@ -91,11 +62,11 @@ const bool kRegistered = [] {
   reg("Or", binary(DType::kBool, [](double a, double b) { return double(a != 0 || b != 0); }));
   reg("Xor", binary(DType::kBool, [](double a, double b) { return double((a != 0) != (b != 0)); }));
   reg("IsNaN", [](const Node& n, const Ins& in) -> Outs {
-    return {nary(n, {in.at(0)}, DType::kBool, [](const std::vector<double>& v) { return double(std::isnan(v[0])); })};
+    return {nary(n, {in.at(0)}, DType::kBool, [](const double* v) { return double(std::isnan(v[0])); })};
   });
   reg("IsInf", [](const Node& n, const Ins& in) -> Outs {
     const bool pos = n.attrs.get_int("detect_positive", 1), neg = n.attrs.get_int("detect_negative", 1);
-    return {nary(n, {in.at(0)}, DType::kBool, [=](const std::vector<double>& v) {
+    return {nary(n, {in.at(0)}, DType::kBool, [=](const double* v) {
       return double(std::isinf(v[0]) && (v[0] > 0 ? pos : neg)); })};
   });
   return true;

@@ -18,18 +18,7 @@ namespace {
 using ref::Dims;
 using ref::Tensor;
 
-// --- broadcasting helpers ---------------------------------------------------------------------
-Dims broadcast(const Node& n, const Dims& a, const Dims& b) {
-  Dims r(std::max(a.size(), b.size()), 1);
-  for (size_t i = 0; i < r.size(); ++i) {
-    const int64_t da = i < r.size() - a.size() ? 1 : a[i - (r.size() - a.size())];
-    const int64_t db = i < r.size() - b.size() ? 1 : b[i - (r.size() - b.size())];
-    if (da != db && da != 1 && db != 1) ref::fail(n, "shapes do not broadcast");
-    r[i] = da == 1 ? db : da;
-  }
-  return r;
-}
-
+// --- broadcasting: shapes with ref::bcast_shape, offsets by multi-index -----------------------
 // Offset in a tensor of shape s of the element that broadcasts to index idx of the larger shape.
 int64_t source_offset(const Dims& idx, const Dims& s) {
   int64_t off = 0;
@@ -63,7 +52,7 @@ double gelu_derivative(double u, bool tanh_approx) {
 // X + bias, broadcast (the bias is optional).
 Tensor biased(const Node& n, const Tensor& x, const Tensor* bias) {
   if (!bias) return x;
-  Tensor r = ref::zeros(x.dtype, broadcast(n, x.shape, bias->shape));
+  Tensor r = ref::zeros(x.dtype, ref::bcast_shape(n, x.shape, bias->shape));
   for (int64_t e = 0; e < r.numel(); ++e) {
     const Dims idx = ref::unravel(e, r.shape);
     r.reals[e] = x.reals[source_offset(idx, x.shape)] + bias->reals[source_offset(idx, bias->shape)];
@@ -169,7 +158,7 @@ Dims broadcast_all(const Node& n, const ref::Ins& ins) {
   Dims s;
   for (const Tensor* t : ins) {
     if (!t) ref::fail(n, "inputs must all be present");
-    s = broadcast(n, s, t->shape);
+    s = ref::bcast_shape(n, s, t->shape);
   }
   return s;
 }
@@ -321,12 +310,12 @@ const bool kRefFusedMatMul = ref::register_op(kOurDomain, "FusedMatMul", [](cons
   const int64_t Kb = b.shape[rb - (tb ? 1 : 2)], N = b.shape[rb - (tb ? 2 : 1)];
   if (K != Kb) ref::fail(n, "inner dimensions differ");
   const Dims ba(a.shape.begin(), a.shape.end() - 2), bb(b.shape.begin(), b.shape.end() - 2);
-  Dims ys = broadcast(n, ba, bb);
+  Dims ys = ref::bcast_shape(n, ba, bb);
   const Dims batch = ys;
   ys.push_back(M);
   ys.push_back(N);
   Tensor y = ref::zeros(a.dtype, ys);
-  if (bias) broadcast(n, ys, bias->shape);
+  if (bias) ref::bcast_shape(n, ys, bias->shape);
   for (int64_t e = 0; e < y.numel(); ++e) {
     const Dims idx = ref::unravel(e, ys);
     const Dims bidx(idx.begin(), idx.end() - 2);
