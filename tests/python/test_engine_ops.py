@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from torch_ort import _C
 
 from op_table import ALL_CASES as CASES
-from op_table import TOL, Case, as_tuple, f, i64, labels, single_node_model  # noqa: F401
+from op_table import OURS, TOL, Case, as_tuple, f, i64, labels, single_node_model  # noqa: F401
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_kernel_matches_torch(case):
@@ -34,7 +34,7 @@ def test_kernel_matches_torch(case):
     ("EmbeddingGrad", [f(4, 3), i64(1, 2, 1, 0), i64(5, 3), f(5, 3).double()]),
 ])
 def test_a_gradient_accumulator_of_another_shape_or_dtype_is_an_error_naming_it(op, inputs):
-    case = Case(op, inputs, None, domain="com.torch_ort")
+    case = Case(op, inputs, None, domain=OURS)
     model, feeds = single_node_model(case, [torch.zeros(5, 3)])
     engine = _C.Engine(model, False, [False] * len(feeds))
     with pytest.raises(_C.KernelError, match=r"accumulator of shape \[[35], [35]\] \((Float|Double)\) does not "

@@ -97,7 +97,8 @@ Input causal_mask() {
 // P: the softmax output through up to `depth` nodes that leave its values unchanged (or drop them).
 Input probabilities(int depth, bool shared) {
   const NodePattern softmax = op("Softmax").as("softmax").in(
-      {one_of({from(op("Add").commutative().in({attention_scores(), one_of({causal_mask(), val("")}, "mask")})), attention_scores()})});
+      {one_of({from(op("Add").commutative().in({attention_scores(), one_of({causal_mask(), val("")}, "mask")})),
+               attention_scores()})});
   std::vector<Input> alternatives{made_by(softmax, shared)};
   if (depth > 0) {
     const std::string d = std::to_string(depth);

@@ -73,7 +73,8 @@ class BiasDropoutFusion final : public Pass {
  public:
   std::string_view name() const override { return "bias_dropout_fusion"; }
   bool run(Graph& g) override {
-    return rewrite::apply(g, {bias_dropout_rule(true, true), bias_dropout_rule(false, true), bias_dropout_rule(true, false)});
+    return rewrite::apply(g, {bias_dropout_rule(true, true), bias_dropout_rule(false, true),
+                              bias_dropout_rule(true, false)});
   }
 };
 

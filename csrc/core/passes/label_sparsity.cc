@@ -65,10 +65,10 @@ std::optional<int64_t> classes(const Graph& g, const rewrite::Match& m) {
 
 // Read by anything but the chain to this loss: the full product is computed anyway.
 bool full_kept(const Graph& g, const rewrite::Match& m) {
-  auto only = [&](ValueId v, NodeId reader) { return only_read_by(g, m.index(), v, reader); };
   const bool cast = m.has("cast");
   const ValueId via = cast ? m.value("cast_out") : m.value("logits");
-  return !only(via, m.node("reshape")) || (cast && !only(m.value("logits"), m.node("cast")));
+  return !only_read_by(g, m, via, m.node("reshape")) ||
+         (cast && !only_read_by(g, m, m.value("logits"), m.node("cast")));
 }
 
 rewrite::Replacement gather_rows(Graph& g, const rewrite::Match& m, const Node& loss) {

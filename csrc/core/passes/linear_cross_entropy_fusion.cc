@@ -34,11 +34,6 @@ using namespace pattern;
 // enough to run at full speed, and dW's accumulation re-read a few times per step at most.
 constexpr int64_t kChunkBytes = int64_t{128} << 20;
 
-// Read by `reader` only (and no graph output), in the graph as the scan began.
-bool only_reader(const Graph& g, const rewrite::Match& m, ValueId v, NodeId reader) {
-  return only_read_by(g, m.index(), v, reader);
-}
-
 bool unread(const Graph& g, const rewrite::Match& m, const Node& n, size_t k) {
   return k >= n.outputs.size() || n.outputs[k] == kNoValue || (m.readers(n.outputs[k]).empty() && !is_graph_output(g, n.outputs[k]));
 }
@@ -76,13 +71,13 @@ bool fusable(const Graph& g, const rewrite::Match& m, double& softcap, bool& ful
     const Node& r = g.nodes[m.node("reshape")];
     const auto target = constant_ints(g, m.index(), m.value("target"));
     const Shape& y = g.value(r.inputs[0]).shape;
-    if (!only_reader(g, m, m.value("scores"), reader) || !target || target->size() != 2 || !y.rank_known ||
+    if (!only_read_by(g, m, m.value("scores"), reader) || !target || target->size() != 2 || !y.rank_known ||
         y.rank() < 2 || !y.dims.back().is_known() || (*target)[1] != y.dims.back().value)
       return false;
     reader = m.node("reshape");
   }
   if (m.has("cast")) {
-    if (!only_reader(g, m, m.value("cast_out"), reader)) return false;
+    if (!only_read_by(g, m, m.value("cast_out"), reader)) return false;
     reader = m.node("cast");
   }
   const ValueId logits = m.value("logits");
@@ -92,11 +87,12 @@ bool fusable(const Graph& g, const rewrite::Match& m, double& softcap, bool& ful
     const std::optional<double> c = scalar_float(g, m.index(), m.value("c"));
     const std::optional<double> d = scalar_float(g, m.index(), m.value("divisor"));
     const Node &tanh = g.nodes[m.node("tanh")], &div = g.nodes[m.node("div")];
-    if (!c || !(*c > 0) || !d || std::abs(*d - *c) > 1e-6 * *c || !only_reader(g, m, tanh.outputs[0], m.node("cap")) ||
-        !only_reader(g, m, div.outputs[0], m.node("tanh")) || !only_reader(g, m, logits, m.node("div")))
+    if (!c || !(*c > 0) || !d || std::abs(*d - *c) > 1e-6 * *c ||
+        !only_read_by(g, m, tanh.outputs[0], m.node("cap")) || !only_read_by(g, m, div.outputs[0], m.node("tanh")) ||
+        !only_read_by(g, m, logits, m.node("div")))
       return false;
     softcap = *c;
-    capped_kept = !only_reader(g, m, m.value("capped"), reader);  // the capped logits are returned
+    capped_kept = !only_read_by(g, m, m.value("capped"), reader);  // the capped logits are returned
   }
   const Node& p = g.nodes[m.node("product")];
   const bool rows = is_ours(p, "ProductRows");
@@ -116,7 +112,7 @@ bool fusable(const Graph& g, const rewrite::Match& m, double& softcap, bool& ful
         (b.shape.rank() == 2 && !(b.shape.dims[0].is_known() && b.shape.dims[0].value == 1)))
       return false;
   }
-  full_kept = softcap ? capped_kept : !only_reader(g, m, logits, reader);
+  full_kept = softcap ? capped_kept : !only_read_by(g, m, logits, reader);
   // A ProductRows was made by label_sparsity for this loss alone, of the product's rows (not capped).
   return !(rows && (full_kept || softcap));
 }

@@ -25,6 +25,10 @@ ValueId Match::value(const std::string& name) const { return lookup(values_, nam
 const std::vector<NodeId>& Match::readers(ValueId v) const { return index_->consumers.at(static_cast<size_t>(v)); }
 bool Match::has(const std::string& name) const { return nodes_.count(name) || values_.count(name); }
 
+bool only_read_by(const Graph& g, const Match& m, ValueId v, NodeId reader) {
+  return pattern::only_read_by(g, m.index(), v, reader);
+}
+
 NodePattern op(std::string op_type) {
   return where([t = std::move(op_type)](const Graph&, const Node& n) { return pattern::is_onnx(n, t); });
 }

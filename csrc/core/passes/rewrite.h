@@ -132,6 +132,9 @@ Input num(double value, double rtol = 0.0);
 // The first of these that leads to a whole match (the value captured as `capture`).
 Input one_of(std::vector<Input> alternatives, std::string capture = "");
 
+// v is read by `reader` only (and is no graph output), in the graph as the scan began.
+bool only_read_by(const Graph& g, const Match& m, ValueId v, NodeId reader);
+
 // What a builder makes: the node that takes the root's place, nodes that run just before it (a
 // Flatten of an input the new node reads) and nodes that run just after it (reading its outputs);
 // a Node converts to one without those.
