@@ -90,8 +90,11 @@ void div_kernel(KernelCtx& c) {
 
 void pow_kernel(KernelCtx& c) {
   auto [x, y] = operands(c);
-  // ONNX Pow may take an exponent of another dtype; the result keeps the base's dtype.
-  at::Tensor r = at::pow(x, y);
+  // ONNX Pow may take an exponent of another dtype; the result keeps the base's dtype. A single
+  // exponent held on the host (RMSNorm's x², its gradient's x¹) goes as a number: ATen then
+  // squares, copies or takes the root as eager's x.pow(2) does, ~10x faster than std::pow per element.
+  const bool number = y.is_cpu() && y.numel() == 1 && y.dim() <= x.dim();
+  at::Tensor r = number ? at::pow(x, y.item()) : at::pow(x, y);
   c.set_output(0, r.scalar_type() == x.scalar_type() ? r : r.to(x.scalar_type()));
 }
 

@@ -33,6 +33,9 @@ CASES = [
     Case("Neg", [f(3, 4)], torch.neg),
     Case("Pow", [pos(2, 3), f(3)], torch.pow),
     Case("Pow", [pos(2, 3), i64(2)], lambda x, y: torch.pow(x, y).float(), id="Pow-int-exponent"),
+    # One exponent held on the host goes as a number (RMSNorm's x²), as eager's x.pow(2) does.
+    Case("Pow", [f(3, 4), t(2.0)], lambda x, y: torch.pow(x, 2.0), consts=(1,), id="Pow-square-constant"),
+    Case("Pow", [pos(5), t([[0.5]])], torch.pow, id="Pow-exponent-of-higher-rank"),
     Case("Sqrt", [pos(5)], torch.sqrt),
     Case("Exp", [f(2, 2)], torch.exp),
     Case("Log", [pos(6)], torch.log),
