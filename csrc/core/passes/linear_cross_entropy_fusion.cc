@@ -30,9 +30,10 @@ namespace {
 
 using namespace pattern;
 
-// The logits of one chunk, in float: 128 MiB is 261 rows of a 128k vocabulary, GEMMs large
-// enough to run at full speed, and dW's accumulation re-read a few times per step at most.
-constexpr int64_t kChunkBytes = int64_t{128} << 20;
+// The logits of one chunk, in float: 256 MiB is 523 rows of a 128k vocabulary. A small hidden
+// size (512) needs that many rows for the three GEMMs to near a CPU's peak, and dW's accumulation
+// is re-read once per chunk (docs/performance.md: 128 MiB chunks cost the SFT step ~10 %).
+constexpr int64_t kChunkBytes = int64_t{256} << 20;
 
 bool unread(const Graph& g, const rewrite::Match& m, const Node& n, size_t k) {
   return k >= n.outputs.size() || n.outputs[k] == kNoValue || (m.readers(n.outputs[k]).empty() && !is_graph_output(g, n.outputs[k]));

@@ -47,7 +47,7 @@
 namespace torch_ort::kernels {
 namespace {
 
-constexpr int64_t kDefaultChunkBytes = int64_t{128} << 20;
+constexpr int64_t kDefaultChunkBytes = int64_t{256} << 20;  // the fusion pass sets its own
 
 struct Args {
   at::Tensor x, wt, bias, labels, full, rows;  // wt: (H, V) (a transposed view under transB)
