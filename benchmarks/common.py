@@ -64,6 +64,14 @@ def busy_cores(seconds: float = 1.0) -> float:
     return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1))
 
 
+def pooled_idle_bytes(model) -> int:
+    """Bytes of large CPU buffers an ORTModule's engine holds idle for its next step
+    (ORTMODULE_CPU_BUFFER_POOL): resident before a step yet the step's own memory, so a
+    measurement of a step's memory as RSS growth adds them back (0 for other models)."""
+    stats = getattr(model, "stats", None)
+    return int(stats()["cpu_buffer_pool"]["idle_bytes"]) if stats is not None else 0
+
+
 def run_watched(script: str, argv: list[str], max_rss_gb: float, timeout_s: float,
                 env_extra: dict | None = None, own_rss_cap_gb: float | None = None) -> dict:
     """Runs `python script argv` with cold caches and env_extra set; returns the dict its last

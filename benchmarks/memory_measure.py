@@ -2,7 +2,8 @@
 process of its own (benchmarks/memory.py starts it), measured three ways.
 
 1. RSS: the resident set right before the forward of a steady-state step (optimizer state already
-   allocated, gradients set to None) against its peak during forward + backward. The peak is the
+   allocated, gradients set to None; less the buffers an ORTModule's pool holds idle for the step,
+   which are the step's) against its peak during forward + backward. The peak is the
    kernel's VmHWM, reset by writing "5" to /proc/self/clear_refs; where that is refused, a thread
    samples /proc/self/statm every millisecond instead (the method is recorded).
 2. Allocator: the bytes torch's CPU allocator hands out during forward + backward of a second
@@ -19,6 +20,8 @@ import resource
 import statistics
 import threading
 import time
+
+from common import pooled_idle_bytes
 
 MIB = 1 << 20
 ORT_LEVELS = {"ort0": "0", "ort1": "1", "ort2": "2"}  # variant -> ORTMODULE_MEMORY_OPT_LEVEL
@@ -167,13 +170,15 @@ def measure(case: dict, variant: str, steps: int, warmup: int, profile: bool) ->
     a, kw = make_batch(gen)
     gc.collect()
     before = peak.reset()
+    idle = pooled_idle_bytes(model)  # resident, but the step's (ORTMODULE_CPU_BUFFER_POOL)
+    before -= idle
     loss = loss_of(model(*a, **kw))
     forward = peak.peak()
     loss.backward()
     backward = peak.peak()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    result["rss"] = {"before_mib": before / MIB, "forward_peak_mib": forward / MIB,
+    result["rss"] = {"before_mib": before / MIB, "pool_idle_mib": idle / MIB, "forward_peak_mib": forward / MIB,
                      "peak_mib": backward / MIB, "step_peak_mib": peak.peak() / MIB,
                      "activation_mib": (backward - before) / MIB,
                      "forward_activation_mib": (forward - before) / MIB}

@@ -15,7 +15,8 @@ hidden 512, 4 layers, B8 T512, right padding on 25 % of the positions and a prom
 Per variant: the first step timed alone, the median of --steps steps after --warmup, the last
 loss, the peak process RSS (the parent's watch over the whole process tree) and the step's own
 memory: the largest RSS seen during the timed steps (sampled every 5 ms) minus the RSS before
-them (the model, its AdamW state). Writes sft.{json,md,png} to --out (benchmarks/results/).
+them (the model, its AdamW state; less any buffers the engine's pool holds idle for the step,
+which are the step's). Writes sft.{json,md,png} to --out (benchmarks/results/).
 
     .venv/bin/python benchmarks/sft.py [--steps 5 --warmup 2] [--variants eager,ortmodule]
     .venv/bin/python benchmarks/sft.py --small        # a quick case (vocab 32k, 2 layers, B4 T256)
@@ -34,7 +35,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import RESULTS_DIR, cpu_model, machine, run_watched, write_results  # noqa: E402
+from common import RESULTS_DIR, cpu_model, machine, pooled_idle_bytes, run_watched, write_results  # noqa: E402
 
 CASES = {
     "llama_sft": dict(vocab=128256, hidden=512, layers=4, heads=8, kv_heads=4, ffn=1376, batch=8, seq=512),
@@ -104,7 +105,7 @@ def child(case_name: str, variant: str, steps: int, warmup: int, fused: bool) ->
     for i in range(warmup):
         step(i + 1)
     opt.zero_grad(set_to_none=True)
-    base = proc.memory_info().rss
+    base = proc.memory_info().rss - pooled_idle_bytes(model)  # the pool's idle buffers are the step's
     peak = [base]
     done = threading.Event()
 

@@ -13,6 +13,7 @@
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/shapes/shape_rules.h"
+#include "csrc/runtime/buffer_pool.h"
 #include "csrc/runtime/engine.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernel.h"
@@ -359,6 +360,16 @@ PYBIND11_MODULE(_C, m) {
       },
       "(run contexts, backward runs) alive in this process: what training forwards keep for a "
       "backward that has not finished; each dies with the outputs (autograd graph) that own it.");
+  m.def("set_cpu_buffer_pool", [](bool on) { BufferPool::process().set_enabled(on); }, py::arg("on"),
+        "ORTMODULE_CPU_BUFFER_POOL: keep the kernels' large CPU buffers across steps (off: give "
+        "back every idle one now and allocate afresh from then on).");
+  m.def("cpu_buffer_pool", [] {
+        const BufferPool& p = BufferPool::process();
+        return py::dict(py::arg("enabled") = p.enabled(), py::arg("idle_bytes") = p.idle_bytes(),
+                        py::arg("reused") = p.reused());
+      },
+      "{'enabled', 'idle_bytes' (held for the next step, not in use), 'reused' (requests served "
+      "from the pool since the process began)}.");
   m.def("set_python_op_runner", &install_python_op_runner, py::arg("runner"),
         "Installs run(func_id, args: list[Tensor | None], record: bool) -> list[Tensor], the "
         "callback PythonOp nodes call (torch_ort.ortmodule.export.python_op installs it).");

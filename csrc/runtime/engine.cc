@@ -1,7 +1,6 @@
 // Engine build (import -> passes -> autodiff -> plan -> kernels) and the forward/backward calls.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "csrc/runtime/engine.h"
-
 #include <algorithm>
 #include <set>
 
@@ -11,6 +10,7 @@
 #include "csrc/core/ir/aten_op.h"
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/onnx_io.h"
+#include "csrc/runtime/buffer_pool.h"
 #include "csrc/runtime/dtype.h"
 #include "csrc/runtime/errors.h"
 #include "csrc/runtime/kernels/common.h"
@@ -163,6 +163,7 @@ std::pair<std::vector<at::Tensor>, std::shared_ptr<RunContext>> Engine::forward(
     if (entry) host.replay = &entry->forward;
     else host.record = std::make_unique<HostValues>(stats_.host_cacheable_forward);
   }
+  BufferPool::process().mark();  // buffers idle through the whole previous step go back
   int64_t host_reads = 0;
   LabelCount labels;
   {

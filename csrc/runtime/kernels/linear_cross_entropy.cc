@@ -40,6 +40,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
+#include "csrc/runtime/buffer_pool.h"
 #include "csrc/runtime/kernels/common.h"
 #include "csrc/runtime/kernels/cpu/cross_entropy_rows.h"
 #include "csrc/runtime/kernels/decimal.h"
@@ -187,8 +188,10 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
   at::Tensor dx = want_dx ? at::empty({n, h}, a.x.options()) : at::Tensor();
   // dW and dbias add up over the chunks in float, whatever the weight's dtype. dW's first chunk
   // writes it (no zero fill of a vocabulary-sized buffer), unless there is no row at all.
-  at::Tensor dw = want_dw ? at::empty({a.trans_b ? v : h, a.trans_b ? h : v},
-                                      a.x.scalar_type() == at::kFloat ? a.x.options() : f32)
+  // Both vocabulary-sized buffers come from the pool (buffer_pool.h): a step reuses the last one's.
+  BufferPool& pool = BufferPool::process();
+  at::Tensor dw = want_dw ? pool.empty({a.trans_b ? v : h, a.trans_b ? h : v},
+                                       a.x.scalar_type() == at::kFloat ? a.x.options() : f32)
                           : at::Tensor();
   if (want_dw && n == 0) dw.zero_();
   at::Tensor db = want_db ? at::zeros({v}, f32) : at::Tensor();
@@ -198,7 +201,7 @@ void linear_cross_entropy_kernel(KernelCtx& c) {
   const int64_t chunks = (n + a.chunk_rows - 1) / a.chunk_rows;
   const int64_t chunk_rows = chunks > 0 ? (n + chunks - 1) / chunks : 0;
   const at::Tensor& like = a.full.defined() ? a.full : a.x;
-  at::Tensor buf = at::empty({chunk_rows, v}, like.options());
+  at::Tensor buf = pool.empty({chunk_rows, v}, like.options());
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, n - r0);
     at::Tensor logits = chunk_logits(a, r0, rows, buf);

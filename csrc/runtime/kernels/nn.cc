@@ -22,6 +22,7 @@
 #include <ATen/ops/neg.h>
 #include <ATen/ops/pow.h>
 
+#include "csrc/runtime/buffer_pool.h"
 #include "csrc/runtime/kernels/common.h"
 #include "csrc/runtime/kernels/decimal.h"
 
@@ -146,6 +147,12 @@ void embedding_grad_kernel(KernelCtx& c) {
   const int64_t pad = c.attrs.get_int("padding_idx", -1);
   const bool by_freq = c.attrs.get_int("scale_grad_by_freq", 0) != 0;
   at::Tensor dw = accumulator(c, 3, wshape, dy);
+  // A float gradient starts as zeros from the pool (buffer_pool.h: a vocabulary-sized gradient,
+  // reused step after step); index_add_ below sums as ATen's CPU embedding backward does, bit for bit
+  // (test_cpu_buffer_pool.py).
+  const bool pooled = !dw.defined() && !by_freq && dy.is_cpu() &&
+                      (dy.scalar_type() == at::kFloat || dy.scalar_type() == at::kDouble);
+  if (pooled) dw = BufferPool::process().empty(wshape, dy.options()).zero_();
   if (!dw.defined()) return c.set_output(0, at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, by_freq));
   if (by_freq) {
     dw.add_(at::embedding_dense_backward(dy, c.input(1), wshape[0], pad, true));

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torch_ort import _C
 from torch_ort.ortmodule.export.translations.aten_op import qualified_name
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
         "export_seconds": m._last_runner.export.seconds if m._last_runner is not None else 0.0,
         "build_seconds": m._last_runner.build_seconds if m._last_runner is not None else 0.0,
         "op_counts": dict(st.get("op_counts", {})),
+        "cpu_buffer_pool": _C.cpu_buffer_pool(),
         "aten_fallback_ops": sorted(qualified_name(op) for op in m._aten_fallback.reasons),
         "fallback": m.fallback,
     }
