@@ -8,7 +8,6 @@
 #include <ATen/ops/gather.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/index_add.h>
-#include <ATen/ops/index_put.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero.h>
@@ -103,13 +102,21 @@ void gather_nd_kernel(KernelCtx& c) {
   c.set_output(0, at::index(data.reshape(nd.flat_data), nd.index).reshape(nd.out));
 }
 
-// dX = zeros(shape).index_put(indices, dY, accumulate=True)
+// dX = zeros(shape) with dY's rows added where the indices point: the (B, D_0..D_k-1) position
+// flattened to one row number and index_add_, which adds each row vectorized. On the CPU that is
+// about 3x faster than index_put_ with accumulate (what eager's indexing backward runs; the sums
+// may differ from it in the last bit).
 void gather_nd_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   NdIndex nd = nd_index(c, shape, c.input(2), dy);
-  at::Tensor z = at::zeros(nd.flat_data, dy.options());
-  z.index_put_(nd.index, dy.reshape(nd.flat_out), /*accumulate=*/true);
+  const int64_t addressed = static_cast<int64_t>(nd.index.size());  // B and the k indexed dims
+  at::Tensor row = nd.index.get(0).value();
+  for (int64_t j = 1; j < addressed; ++j) row = row.mul(nd.flat_data[j]).add(nd.index.get(j).value());
+  const int64_t rows = product(nd.flat_data, 0, addressed);
+  const int64_t inner = product(nd.flat_data, addressed, nd.flat_data.size());
+  at::Tensor z = at::zeros({rows, inner}, dy.options());
+  z.index_add_(0, row.reshape({-1}), dy.reshape({row.numel(), inner}));
   c.set_output(0, z.reshape(shape));
 }
 
