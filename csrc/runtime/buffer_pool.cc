@@ -26,20 +26,25 @@ at::Tensor BufferPool::empty(c10::IntArrayRef sizes, const at::TensorOptions& op
   for (int64_t s : sizes) nbytes *= s;
   if (!cpu || nbytes < kMinBytes || !enabled()) return at::empty(sizes, options);
   void* ptr = nullptr;
+  int64_t capacity = nbytes;
   {
+    // The smallest idle buffer that holds the request, if it is not much larger: the LM head's
+    // chunk changes size with the counted rows of each batch, and the largest one recently seen
+    // then serves them all.
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = idle_.find(nbytes);
-    if (it != idle_.end()) {
+    auto it = idle_.lower_bound(nbytes);
+    if (it != idle_.end() && it->first <= nbytes + nbytes / 2) {
       ptr = it->second.ptr;
-      idle_bytes_ -= nbytes;
+      capacity = it->first;
+      idle_bytes_ -= capacity;
       ++reused_;
       idle_.erase(it);
     }
   }
   if (!ptr) ptr = c10::alloc_cpu(static_cast<size_t>(nbytes));
-  report(ptr, nbytes);
+  report(ptr, capacity);
   std::shared_ptr<BufferPool> self = shared_from_this();
-  return at::from_blob(ptr, sizes, [self, nbytes](void* p) { self->give_back(p, nbytes); },
+  return at::from_blob(ptr, sizes, [self, capacity](void* p) { self->give_back(p, capacity); },
                        options.device(c10::kCPU));
 }
 

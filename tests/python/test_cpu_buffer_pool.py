@@ -203,3 +203,23 @@ def test_the_profiler_sees_pooled_buffers_as_allocations(monkeypatch, pool_setti
         assert (_C.cpu_buffer_pool()["reused"] > reused) == (on == "1")
     assert peaks["0"] >= 2 * VOCAB * HIDDEN * 4  # the two vocabulary-sized gradients at least
     assert abs(peaks["1"] - peaks["0"]) <= 0.01 * peaks["0"], peaks
+
+
+def test_a_chunk_whose_size_follows_the_counted_labels_is_reused():
+    """Label sparsity gives the LM head as many rows as labels count, a different number every
+    batch: the buffer of a larger chunk serves a smaller one."""
+    torch.manual_seed(0)
+    model = ORTModule(LM())
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, VOCAB, (8, 64), generator=gen)
+    labels = [ids.clone(), ids.clone()]
+    labels[0][:, :16] = -100  # 384 rows counted: a 61 MB chunk of logits
+    labels[1][:, :21] = -100  # 344 rows: 55 MB
+    model(ids, labels[0]).backward()
+    for step in range(4):
+        model.module.zero_grad(set_to_none=True)
+        reused = _C.cpu_buffer_pool()["reused"]
+        model(ids, labels[(step + 1) % 2]).backward()
+        # the chunk, the head's dW and the embedding's dW all come from the pool
+        assert _C.cpu_buffer_pool()["reused"] - reused == 3, f"step {step + 1}"
+    assert model.stats()["label_density"] in (384 / 512, 344 / 512)
