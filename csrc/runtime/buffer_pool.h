@@ -3,10 +3,11 @@
 // 256 MiB gradient: ~70 ms here, more than writing it). The kernels that make such buffers (the
 // fused LM head's chunk of logits and dW, an embedding's dense gradient) take them from this pool:
 // a released buffer (a gradient the optimizer dropped with zero_grad, a chunk the step is done
-// with) goes back to the pool instead of to the system, and the next request of its size, or up to
-// a third smaller, gets it. A buffer idle through one whole forward call is given back to the system at the next one
-// (mark()), so the pool holds at most one step's worth of such buffers. One pool per process; the
-// engine marks it at each forward; ORTMODULE_CPU_BUFFER_POOL=0 turns it off (set_enabled).
+// with) goes back to the pool instead of to the system, and the next request of its size, or up
+// to a third smaller, gets it. A buffer idle through one whole forward call is given back to the
+// system at the next one (mark()), so the pool holds at most one step's worth of such buffers.
+// One pool per process; the engine marks it at each forward; ORTMODULE_CPU_BUFFER_POOL=0 turns it
+// off (set_enabled).
 #pragma once
 
 #include <cstdint>

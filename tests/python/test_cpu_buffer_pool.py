@@ -62,14 +62,18 @@ def pool_setting():
     _C.set_cpu_buffer_pool(True)  # the default, for the tests after this one
 
 
-def test_training_with_the_pool_is_bitwise_training_without_it(monkeypatch, pool_setting):
-    torch.manual_seed(0)
-    base = LM()
-    data = batches(4)
-    runs = {}
+def with_and_without_pool(monkeypatch, base):
+    """(setting, ORTModule of a copy of `base`) with ORTMODULE_CPU_BUFFER_POOL=1, then =0."""
     for on in ("1", "0"):
         monkeypatch.setenv("ORTMODULE_CPU_BUFFER_POOL", on)
-        model = ORTModule(copy.deepcopy(base))
+        yield on, ORTModule(copy.deepcopy(base))
+
+
+def test_training_with_the_pool_is_bitwise_training_without_it(monkeypatch, pool_setting):
+    torch.manual_seed(0)
+    data = batches(4)
+    runs = {}
+    for on, model in with_and_without_pool(monkeypatch, LM()):
         reused = _C.cpu_buffer_pool()["reused"]
         runs[on] = train(model, data)
         pool = model.stats()["cpu_buffer_pool"]
@@ -78,12 +82,12 @@ def test_training_with_the_pool_is_bitwise_training_without_it(monkeypatch, pool
             assert pool["enabled"] and pool["reused"] - reused >= 2 * (len(data) - 1)
         else:
             assert not pool["enabled"] and pool["reused"] == reused and pool["idle_bytes"] == 0
-    for (loss_on, grads_on), (loss_off, grads_off) in [(runs["1"], runs["0"])]:
-        for step, (a, b) in enumerate(zip(loss_on, loss_off)):
-            assert torch.equal(a, b), f"step {step}: loss {a} with the pool, {b} without"
-        for step, (ga, gb) in enumerate(zip(grads_on, grads_off)):
-            for name in ga:
-                assert torch.equal(ga[name], gb[name]), f"step {step}: {name}.grad differs"
+    (loss_on, grads_on), (loss_off, grads_off) = runs["1"], runs["0"]
+    for step, (a, b) in enumerate(zip(loss_on, loss_off)):
+        assert torch.equal(a, b), f"step {step}: loss {a} with the pool, {b} without"
+    for step, (ga, gb) in enumerate(zip(grads_on, grads_off)):
+        for name in ga:
+            assert torch.equal(ga[name], gb[name]), f"step {step}: {name}.grad differs"
 
 
 class Lookup(torch.nn.Module):
@@ -188,12 +192,9 @@ def profiled_peak(model, ids, labels):
 
 def test_the_profiler_sees_pooled_buffers_as_allocations(monkeypatch, pool_setting):
     torch.manual_seed(0)
-    base = LM()
     data = batches(3)
     peaks = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("ORTMODULE_CPU_BUFFER_POOL", on)
-        model = ORTModule(copy.deepcopy(base))
+    for on, model in with_and_without_pool(monkeypatch, LM()):
         for ids, labels in data[:2]:
             model.module.zero_grad(set_to_none=True)
             model(ids, labels).backward()
