@@ -8,6 +8,7 @@
 #include <ATen/ops/gather.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/index_add.h>
+#include <ATen/ops/index_put.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero.h>
@@ -102,14 +103,20 @@ void gather_nd_kernel(KernelCtx& c) {
   c.set_output(0, at::index(data.reshape(nd.flat_data), nd.index).reshape(nd.out));
 }
 
-// dX = zeros(shape) with dY's rows added where the indices point: the (B, D_0..D_k-1) position
-// flattened to one row number and index_add_, which adds each row vectorized. On the CPU that is
-// about 3x faster than index_put_ with accumulate (what eager's indexing backward runs; the sums
-// may differ from it in the last bit).
+// dX = zeros(shape) with dY's rows added where the indices point, as eager's indexing backward
+// does: index_put_ with accumulate. On the CPU, which runs that element by element, the
+// (B, D_0..D_k-1) position is flattened to one row number instead and index_add_ adds each row
+// vectorized, about 3x faster (the sums may differ from eager's in the last bit). Elsewhere
+// index_put_ stays: CUDA's is sorted and deterministic, its index_add_ uses atomics.
 void gather_nd_grad_kernel(KernelCtx& c) {
   const at::Tensor& dy = c.input(0);
   const std::vector<int64_t> shape = c.input_ints(1);
   NdIndex nd = nd_index(c, shape, c.input(2), dy);
+  if (!dy.is_cpu()) {
+    at::Tensor z = at::zeros(nd.flat_data, dy.options());
+    z.index_put_(nd.index, dy.reshape(nd.flat_out), /*accumulate=*/true);
+    return c.set_output(0, z.reshape(shape));
+  }
   const int64_t addressed = static_cast<int64_t>(nd.index.size());  // B and the k indexed dims
   at::Tensor row = nd.index.get(0).value();
   for (int64_t j = 1; j < addressed; ++j) row = row.mul(nd.flat_data[j]).add(nd.index.get(j).value());
