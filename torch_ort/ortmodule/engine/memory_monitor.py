@@ -10,7 +10,6 @@ from collections import OrderedDict
 
 import torch
 
-from torch_ort import _C
 from torch_ort.ortmodule.engine.memory_report import MemoryReport, _mib
 from torch_ort.ortmodule.policy.debug_options import LOGGER
 
@@ -36,7 +35,6 @@ class MemoryMonitor:
 
     def __init__(self, settings):
         self.print_stats = settings.print_memory_stats
-        _C.set_cpu_buffer_pool(settings.cpu_buffer_pool)  # process-wide: the last module's setting
         self.level = settings.memory_opt_level
         self.config = os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", "").strip()
         self.step = 0

@@ -291,6 +291,7 @@ class GraphRunner:
         _C = _load_extension()
         if any(p.is_cuda for p in self.params):
             _load_cuda_kernels()
+        _C.set_cpu_buffer_pool(self._settings.cpu_buffer_pool)  # process-wide: the last build's setting
         start = time.perf_counter()
         progress.stage(f"building the {'training' if training else 'inference'} engine")
         st = self._settings

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch_ort import _C
 from torch_ort.ortmodule.export.translations.aten_op import qualified_name
 
 if TYPE_CHECKING:
@@ -45,6 +44,7 @@ def module_stats(m: "ORTModule") -> dict[str, Any]:
     operators routed through the ATen fallback, and `fallback`: None, or why the module runs in eager PyTorch
     and, under partial acceleration, which of its submodules run in the engine
     (ORTModule.fallback)."""
+    from torch_ort import _C  # on first use: a broken build fails there, naming the problem
     engine = m._last_engine
     st = engine.stats() if engine is not None else {}
     graphs = getattr(engine, "cuda_graph_stats", None)

@@ -132,7 +132,7 @@ VARIABLES: tuple[Variable, ...] = (
              "keep the engine's large CPU buffers (32 MiB and up: the fused LM head's chunk of "
              "logits and its weight's gradient, an embedding's gradient) for the next step instead of mapping fresh pages each "
              "step; a buffer unused for a whole step is given back; process-wide, the last "
-             "ORTModule constructed sets it; stats()['cpu_buffer_pool'] (ours, not ORT's)"),
+             "engine built sets it; stats()['cpu_buffer_pool'] (ours, not ORT's)"),
     Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, parse.count,
              "exported graphs (with their engines) one ORTModule keeps, one per input schema; "
              "beyond it the least recently used is dropped and re-exported if seen again; "
