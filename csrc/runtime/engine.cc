@@ -1,6 +1,7 @@
 // Engine build (import -> passes -> autodiff -> plan -> kernels) and the forward/backward calls.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "csrc/runtime/engine.h"
+
 #include <algorithm>
 #include <set>
 

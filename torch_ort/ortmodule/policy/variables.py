@@ -130,7 +130,8 @@ VARIABLES: tuple[Variable, ...] = (
              "are) (ours, not ORT's)"),
     Variable("ORTMODULE_CPU_BUFFER_POOL", "cpu_buffer_pool", "bool", True, parse.boolean,
              "keep the engine's large CPU buffers (32 MiB and up: the fused LM head's chunk of "
-             "logits and its weight's gradient, an embedding's gradient) for the next step instead of mapping fresh pages each "
+             "logits and its weight's gradient, an embedding's gradient) for the next step "
+             "instead of mapping fresh pages each "
              "step; a buffer unused for a whole step is given back; process-wide, the last "
              "engine built sets it; stats()['cpu_buffer_pool'] (ours, not ORT's)"),
     Variable("ORTMODULE_MAX_CACHED_GRAPHS", "max_cached_graphs", "int", 16, parse.count,
