@@ -345,10 +345,12 @@ PYBIND11_MODULE(_C, m) {
   optim::bind_multi_tensor(m, {&optim::adam_cpu_scalars, &optim::lamb_cpu_scalars, &optim::scale_cpu,
                                &optim::l2norm_cpu, &optim::scale_flag_cpu, &optim::l2norm_tensor_cpu});
   m.def("optim_cpu_path", &optim::cpu_path,
-        "'avx512' or 'portable': the path the CPU optimizer kernels take (and the AVX-512 loops "
-        "of BiasGelu, FusedElementwise and LinearCrossEntropy's rows).");
+        "'avx512', 'avx2' or 'portable': the widest CPU loops that run. AVX-512: the optimizer "
+        "kernels, BiasGelu, FusedElementwise and LinearCrossEntropy's rows; AVX2: "
+        "LinearCrossEntropy's rows (the rest takes the portable path).");
   m.def("set_optim_cpu_path", &optim::set_cpu_path, py::arg("path"),
-        "'auto' (AVX-512 when the processor has it), 'avx512' or 'portable' (tests run both).");
+        "'auto' (the widest the processor has), 'avx512', 'avx2' or 'portable' (tests run each); "
+        "ValueError for one the processor lacks.");
 
   m.def("allow_library_op", &kernels::allow_library_op, py::arg("qualified"),
         "Lets ATenOp call the dispatcher operator 'namespace::name.overload' of a library other "

@@ -1,10 +1,11 @@
 """The LM head fused with its loss (the linear_cross_entropy_fusion pass, LinearCrossEntropy): the
 head's GEMMs, the loss and their gradients in chunks of rows, gradients made in forward. Parity
 with eager over AdamW steps with label sparsity on and off (a product also returned is read row by
-row), with the logits dropped (ORTMODULE_SKIP_LOGITS), on the AVX-512 and the ATen row paths, for
+row), with the logits dropped (ORTMODULE_SKIP_LOGITS), on the AVX-512, AVX2 and ATen row paths, for
 Llama, Qwen2 and GPT-2 (tied heads), T5 (an encoder-decoder head), Gemma 2 (soft-capped logits)
 and a plain Linear + F.cross_entropy; the graph's structure; a frozen head; a batch
 whose labels are all ignored; labels out of range."""
+import contextlib
 import copy
 import os
 
@@ -21,8 +22,10 @@ from test_label_sparsity import (VOCAB, Head, gpt2, llama, loss_of, qwen2, saved
 
 def t5():
     from transformers import T5Config, T5ForConditionalGeneration
+    # Gated GELU (T5 v1.1, Flan-T5): with ReLU a pre-activation within rounding of 0 can take
+    # either side after a few AdamW steps, and its row's gradient with it, whatever the head does.
     cfg = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
-                   dropout_rate=0.0, decoder_start_token_id=0)
+                   dropout_rate=0.0, decoder_start_token_id=0, feed_forward_proj="gated-gelu")
     return T5ForConditionalGeneration(cfg)
 
 
@@ -59,15 +62,73 @@ def test_trains_like_eager(name, monkeypatch):
     assert ours.stats()["fallback"] is None
 
 
-@pytest.mark.parametrize("path", ["portable", "avx512"])
-def test_both_row_paths_train_like_eager(path):
-    if path == "avx512" and torch_ort._C.optim_cpu_path() != "avx512":
-        pytest.skip("this processor has no AVX-512 (the ATen path is the one that runs)")
-    torch_ort._C.set_optim_cpu_path(path)
+@contextlib.contextmanager
+def row_path(path):
+    """The row loop on `path` ("avx512", "avx2" or "portable": the ATen ops); skips where the
+    processor lacks it."""
     try:
-        train_both(lambda: Head(smoothing=0.05), steps=4)
+        torch_ort._C.set_optim_cpu_path(path)
+    except ValueError as e:
+        pytest.skip(str(e))
+    try:
+        yield
     finally:
         torch_ort._C.set_optim_cpu_path("auto")
+
+
+@pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
+def test_each_row_path_trains_like_eager(path):
+    with row_path(path):
+        assert torch_ort._C.optim_cpu_path() == path
+        train_both(lambda: Head(smoothing=0.05), steps=4)
+
+
+def _fused_node(x, w, b, labels, smoothing):
+    """One LinearCrossEntropy node (transB, ignore_index -100, mean) making the loss, dX, dW and
+    dbias, as an engine over (x, w, b, labels)."""
+    from onnx import TensorProto, helper
+    elem = {torch.float32: TensorProto.FLOAT, torch.bfloat16: TensorProto.BFLOAT16,
+            torch.float16: TensorProto.FLOAT16}[x.dtype]
+    node = helper.make_node("LinearCrossEntropy", ["x", "w", "b", "y"], ["loss", "dx", "dw", "db"],
+                            domain="com.torch_ort", transB=1, ignore_index=-100, label_smoothing=smoothing)
+    graph = helper.make_graph(
+        [node], "lce",
+        [helper.make_tensor_value_info(name, elem, list(t.shape)) for name, t in (("x", x), ("w", w), ("b", b))]
+        + [helper.make_tensor_value_info("y", TensorProto.INT64, list(labels.shape))],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+        + [helper.make_tensor_value_info(name, elem, list(t.shape)) for name, t in (("dx", x), ("dw", w), ("db", b))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.torch_ort", 1)],
+                              ir_version=10)
+    return torch_ort._C.Engine(model.SerializeToString(), False, [False] * 4)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_each_row_loop_matches_the_aten_rows(path, dtype, smoothing):
+    """Each fused row loop against the ATen formulas on the same rows: the loss, and the gradient
+    written over the logits (read through dX, dW and dbias), with an ignored row, a row length
+    that is no multiple of 16, a logit far below the row's maximum (its exp is below the smallest
+    normal float) and, without smoothing (which makes the loss inf), a -inf logit as a masked
+    vocabulary gives."""
+    torch.manual_seed(0)
+    n, v, h = 6, 1000 + 13, 32
+    x, w, b = torch.randn(n, h), torch.randn(v, h) * 0.5, torch.randn(v)
+    b[41] = -300.0
+    if smoothing == 0:
+        b[40] = -float("inf")
+    x, w, b = x.to(dtype), w.to(dtype), b.to(dtype)
+    labels = torch.tensor([3, -100, v - 1, 0, 517, 12])
+    results = []
+    for p in ("portable", path):
+        with row_path(p):
+            results.append(_fused_node(x, w, b, labels, smoothing).forward([x, w, b, labels])[0])
+    (loss_a, *grads_a), (loss_f, *grads_f) = results
+    assert torch.isfinite(loss_f)
+    torch.testing.assert_close(loss_f, loss_a, rtol=1e-5, atol=1e-6)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for ours, aten in zip(grads_f, grads_a):
+        torch.testing.assert_close(ours, aten, **tol)
 
 
 def test_the_fused_head_reads_the_gathered_rows(tmp_path, monkeypatch):
@@ -143,17 +204,12 @@ def test_softcapped_logits_are_fused(tmp_path, monkeypatch, skip_logits):
     assert (len(fused.input) > 4 and fused.input[4] != "") == (skip_logits == "0")
 
 
-@pytest.mark.parametrize("path", ["avx512", "portable"])
+@pytest.mark.parametrize("path", ["avx512", "avx2", "portable"])
 @pytest.mark.parametrize("sparsity", ["1", "0"])
 def test_all_labels_ignored_behaves_as_eager(monkeypatch, sparsity, path):
-    if path == "avx512" and torch_ort._C.optim_cpu_path() != "avx512":
-        pytest.skip("this processor has no AVX-512 (the ATen path is the one that runs)")
     monkeypatch.setenv("ORTMODULE_ENABLE_SPARSE_OPTIMIZER", sparsity)
-    torch_ort._C.set_optim_cpu_path(path)
-    try:
+    with row_path(path):
         _all_ignored_like_eager()
-    finally:
-        torch_ort._C.set_optim_cpu_path("auto")
 
 
 def _all_ignored_like_eager():

@@ -1,7 +1,7 @@
 // The row loop of LinearCrossEntropy on the CPU (kernels/linear_cross_entropy.cc): per row of a
 // chunk of logits, its cross-entropy with label smoothing and, when asked, its gradient written
-// over the row. AVX-512 only (simd.h's use_avx512, which set_optim_cpu_path("portable") turns
-// off): it returns false without it, and the caller runs the same formulas as ATen ops.
+// over the row. AVX-512 or AVX2 (simd.h's use_avx512 / use_avx2, which set_optim_cpu_path narrows):
+// it returns false without either, and the caller runs the same formulas as ATen ops.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,8 @@ struct CrossEntropyRows {
 // row_loss[rows] (0 where ignored), and with grad_scale != 0 the gradient
 // grad_scale·(softmax − (1 − ε)·onehot − ε/V) over the row, in the logits' dtype, rounded once.
 // The caller has checked the labels: one outside [0, V) gives its row a NaN loss and a zero
-// gradient, never a read out of the row. False (nothing done) without AVX-512 or for another
-// dtype.
+// gradient, never a read out of the row. False (nothing done) without AVX-512 or AVX2, or for
+// another dtype.
 bool cross_entropy_rows(at::Tensor& logits, const CrossEntropyRows& args, double* row_loss);
 
 }  // namespace torch_ort::kernels::cpu

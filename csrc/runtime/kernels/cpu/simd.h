@@ -1,6 +1,8 @@
 // The SIMD vocabulary of the CPU optimizer kernels: 16-lane fp32 loads and stores from fp32, fp16
 // and bf16 memory. Functions marked TORCH_ORT_AVX512 are compiled for AVX-512 whatever the build
-// flags, and run only when use_avx512() says the processor has it.
+// flags, and run only when use_avx512() says the processor has it; those marked TORCH_ORT_AVX2
+// (8 lanes, for the loops that also have a path for processors without AVX-512) only when
+// use_avx2() says so.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +19,16 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define TORCH_ORT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define TORCH_ORT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace torch_ort::optim::simd {
 
-// True when the AVX-512 path runs: the processor has it and set_cpu_path did not force "portable".
+// True when the AVX-512 path runs: the processor has it and set_cpu_path did not force "avx2" or
+// "portable".
 bool use_avx512();
+// True when the AVX2 loops may run: the processor has AVX2, FMA and F16C and set_cpu_path did not
+// force "portable" (also true where AVX-512 runs).
+bool use_avx2();
 
 TORCH_ORT_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 TORCH_ORT_AVX512 inline __m512 load16(const c10::Half* p) {
@@ -90,6 +97,50 @@ TORCH_ORT_AVX512 inline double total(const SquareSum& acc) {
   double s = 0;
   for (double d : lanes) s += d;
   return s;
+}
+
+// 8 lanes (AVX2): the same loads, stores and exp as the 16-lane ones above.
+TORCH_ORT_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TORCH_ORT_AVX2 inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TORCH_ORT_AVX2 inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+TORCH_ORT_AVX2 inline void store8(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+TORCH_ORT_AVX2 inline void store8(c10::Half* p, __m256 x) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// bf16 through c10's own rounding (nearest even, NaN kept): AVX2 has no 32-to-16-bit narrowing
+// store, and these loops are bound by the float passes before it.
+TORCH_ORT_AVX2 inline void store8(c10::BFloat16* p, __m256 x) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, x);
+  for (int i = 0; i < 8; ++i) p[i] = c10::BFloat16(lanes[i]);
+}
+
+// e^x as exp16, with 2^n built in the exponent bits (AVX2 has no scalef): x is clamped so that
+// n stays in [-126, 127], and lanes below e^-87.34 (the smallest normal float, -inf included)
+// are 0, where exact exp gives a denormal or 0.
+TORCH_ORT_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365478515625f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(pow2)));
 }
 
 }  // namespace torch_ort::optim::simd
