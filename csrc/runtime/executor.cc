@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include <ATen/record_function.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
@@ -65,6 +66,8 @@ std::vector<CompiledStep> compile_steps(const Graph& g, const std::vector<Step>&
     for (int i : host_inputs(n)) cs.host_in[i] = 1;
     for (ValueId v : cs.outputs) cs.untracked.push_back(placement.on_host(v) || placement.is_upload(v));
     if (n.domain == kOurDomain && n.op_type == kToDevice) cs.upload = std::make_shared<UploadCache>();
+    cs.profile_name = "torch_ort::" + n.op_type;
+    if (n.attrs.has("aten_op")) cs.profile_name += " " + n.attrs.get_string("aten_op", "");
     out.push_back(std::move(cs));
   }
   if (!missing.empty()) {
@@ -154,6 +157,8 @@ void run_steps(const std::vector<CompiledStep>& steps, size_t begin, size_t end,
                   s.upload.get());
     std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
     if (!s.caller_autocast) no_autocast.emplace(c10::autocast_dispatch_keyset);
+    // One range per node in torch.profiler (a flag check when no profiler is recording).
+    RECORD_USER_SCOPE(s.profile_name.c_str());
     try {
       s.fn(ctx);
     } catch (const KernelError&) {

@@ -37,6 +37,7 @@ struct CompiledStep {
   std::shared_ptr<UploadCache> upload;  // ToDevice steps: the device copies across runs
   int cache_index = -1;             // a cacheable host step: its index in HostValues (host_cache.h)
   bool cache_guard = false;         // ... that reads only its input's sizes, kept as the guard
+  std::string profile_name;         // its range in torch.profiler: "torch_ort::<op_type>"
 };
 
 // Per value: does any node, graph output or extra root read it? (Unread outputs are skipped.)
