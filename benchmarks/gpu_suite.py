@@ -250,6 +250,7 @@ def child(case_name: str, variant: str, device: str, steps: int, warmup: int, pr
 # Attention's kernels and operators, fused or not (a softmax that is not the loss's log-softmax).
 ATTENTION = re.compile(r"attention|attn|fmha|flash|sdpa|(?<!log)(?<!log_)softmax(?!_backward_data)", re.IGNORECASE)
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+ENGINE_NODES = 12  # the probe's costliest engine node types, kept per variant
 
 
 def probe_step(step, device: str, i: int) -> dict:
@@ -262,8 +263,13 @@ def probe_step(step, device: str, i: int) -> dict:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         step(i)
-    ops, kernels, copies, syncs = {}, {}, 0, {}
+    ops, kernels, copies, syncs, nodes = {}, {}, 0, {}, []
     for e in prof.key_averages():
+        if e.key.startswith("torch_ort::"):  # the engine's nodes (one profiler range each)
+            device_us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            nodes.append(dict(node=e.key[len("torch_ort::"):][:120], count=e.count,
+                              cpu_ms=e.cpu_time_total / 1e3, device_ms=device_us / 1e3))
+            continue
         on_device = "CUDA" in str(getattr(e, "device_type", ""))
         if on_device and "Memcpy DtoH" in e.key:
             copies += e.count
@@ -271,7 +277,9 @@ def probe_step(step, device: str, i: int) -> dict:
             syncs[e.key] = e.count
         elif ATTENTION.search(e.key) and not e.key.startswith("autograd::"):
             (kernels if on_device else ops)[e.key[:160]] = e.count
-    out = {"attention_ops": ops, "attention_kernels": kernels, "d2h_copies": copies, "syncs": syncs}
+    nodes.sort(key=lambda n: n["device_ms" if cuda else "cpu_ms"], reverse=True)
+    out = {"attention_ops": ops, "attention_kernels": kernels, "d2h_copies": copies, "syncs": syncs,
+           "engine_nodes": nodes[:ENGINE_NODES]}
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
@@ -452,6 +460,20 @@ def _probe_table(result: dict) -> list[str]:
                  str(p["d2h_copies"]), counted(p["syncs"]), p.get("sync_debug", "-"),
                  f"{counted(p['attention_ops'])}; {counted(p['attention_kernels'])}"]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return lines + _engine_nodes_table(rows)
+
+
+def _engine_nodes_table(rows) -> list[str]:
+    """Per ORTModule variant probed: the engine's node types that cost most in its profiled step
+    (device time on a GPU: the kernels launched inside each node's range)."""
+    rows = [(case, v, r["probe"]["engine_nodes"]) for case, v, r in rows if r["probe"].get("engine_nodes")]
+    if not rows:
+        return []
+    lines = ["", "Where the engine's profiled step went, by node type (its torch_ort::<op> ranges: device "
+             "ms / host ms over the step, × calls):", "", "| case | variant | costliest nodes |", "|---|---|---|"]
+    for case, variant, nodes in rows:
+        cells = "; ".join(f"{n['node']} {n['device_ms']:.2f} / {n['cpu_ms']:.2f} ms ×{n['count']}" for n in nodes)
+        lines.append(f"| {_label(case)} | {VARIANTS[variant]} | {cells.replace('|', '/')} |")
     return lines
 
 

@@ -59,22 +59,22 @@ TORCH_ORT_AVX512 inline __mmask16 nonfinite(__m512 x) {
   return _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
 }
 
-// e^x: x = n·ln2 + r, |r| ≤ ln2/2, e^r by Taylor to r⁷ (error < 1e-8), 2^n by scalef (which
-// saturates to 0 / inf for huge |n|, so the clamp only keeps r finite).
+// e^x = 2^n · e^r with n = round(x·log2 e), r = x − n·ln2 (ln2 in two parts, so r is exact),
+// |r| ≤ ln2/2, and e^r by Taylor to r⁷ (error < 1e-8): Horner from 1/7! down, these the factors.
+inline constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
+                       kLn2Lo = 1.428606765330187e-06f;
+inline constexpr float kExpTaylor[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+
+// e^x on 16 lanes, 2^n by scalef (which saturates to 0 / inf for huge |n|, so the clamp only
+// keeps r finite).
 TORCH_ORT_AVX512 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f)), _mm512_set1_ps(150.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -120,25 +120,18 @@ TORCH_ORT_AVX2 inline void store8(c10::BFloat16* p, __m256 x) {
   for (int i = 0; i < 8; ++i) p[i] = c10::BFloat16(lanes[i]);
 }
 
-// e^x as exp16, with 2^n built in the exponent bits (AVX2 has no scalef): x is clamped so that
+// e^x on 8 lanes, with 2^n built in the exponent bits (AVX2 has no scalef): x is clamped so that
 // n stays in [-126, 127], and lanes below e^-87.34 (the smallest normal float, -inf included)
 // are 0, where exact exp gives a denormal or 0.
 TORCH_ORT_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.3365478515625f);
   const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpTaylor[i]));
   const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(pow2)));
 }
