@@ -114,7 +114,10 @@ def train_both(make, steps=STEPS, extra=None, skip_logits=False):
         if skip_logits:  # ORTMODULE_SKIP_LOGITS: none returned, eager's are not compared
             assert logits_o is None and logits_e is not None
         elif logits_e is not None:
-            torch.testing.assert_close(logits_o, logits_e, rtol=1e-4, atol=1e-5)
+            # atol 3e-5: the loss rows sum in another order than eager's log-softmax (8 or 16
+            # lanes), and Adam turns gradients that are zero up to rounding into ±lr steps, so
+            # after a few steps a logit near 0 may differ by ~1.5e-5 (1 of 110,592 seen).
+            torch.testing.assert_close(logits_o, logits_e, rtol=1e-4, atol=3e-5)
         assert g_o.keys() == g_e.keys()
         for name in g_e:
             assert_norm_close(g_o[name], g_e[name], f"step {step}, {name}.grad")
