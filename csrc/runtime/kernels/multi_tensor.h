@@ -137,8 +137,9 @@ at::Tensor l2norm_tensor_cuda(const std::vector<at::Tensor>& tensors);
 void check_scalar(const char* call, const char* name, const at::Tensor& t, at::ScalarType dtype,
                   const c10::Device& device);
 
-// Which CPU path runs: "avx512" or "portable". set_cpu_path("portable") forces the portable one
-// (tests run both); set_cpu_path("auto") picks AVX-512 when the processor has it.
+// Which CPU path runs: "avx512", "avx2" (only LinearCrossEntropy's rows have an AVX2 loop; the
+// rest runs portable) or "portable". set_cpu_path caps it at a narrower one (tests run each);
+// set_cpu_path("auto") picks the widest the processor has.
 std::string cpu_path();
 void set_cpu_path(const std::string& path);
 
