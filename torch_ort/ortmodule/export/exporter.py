@@ -27,6 +27,7 @@ from torch_ort.ortmodule.export.workarounds import (
     fresh_leaves,
     register_dataclass,
     structural_copy,
+    torchlib_registry_kept,
 )
 from torch_ort.ortmodule.policy.fallback_policy import ORTModuleIOError, ORTModuleTorchModelException
 from torch_ort.ortmodule.policy.debug_options import LOGGER
@@ -240,7 +241,7 @@ def _export_once(module, args, kwargs, opset, table, capture, static: dict):
             python_op_export.opaque_functions(capture, type(module).__name__), \
             attribute_reads(module) as reads, attention_with_mask_grad_as_math(), ctc_loss_as_library_op(), \
             extra_keywords_named(module, args, kwargs), \
-            autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # after: wraps its forward
+            torchlib_registry_kept(), autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # last: wraps forward
         program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                     dynamic_shapes=dynamic_shapes(module, args, kwargs, static),
                                     custom_translation_table=table or None,

@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
 import re
 import threading
@@ -155,6 +156,77 @@ def attention_with_mask_grad_as_math():
         yield
     finally:
         functional.scaled_dot_product_attention = fused
+
+
+class _KeptRegistry:
+    """The exporter's registry of torchlib translations, built once per opset, and the torchlib
+    names that resolved to no operator when it was built (a library loaded later may define one)."""
+    def __init__(self, registry, unresolved: list[str]):
+        self.registry, self.unresolved = registry, unresolved
+
+    def still_valid(self) -> bool:
+        return not any(_resolves(name) for name in self.unresolved)
+
+
+def _resolves(qualified: str) -> bool:
+    """Whether torchlib's 'namespace::op[.overload]' names an operator now (quietly: the exporter's
+    own lookup warns about every torchvision name when torchvision is absent)."""
+    namespace, _, rest = qualified.partition("::")
+    op, _, overload = rest.partition(".")
+    if namespace == "torchvision" and importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        return overload in packet.overloads() if overload else \
+            bool({"default", ""} & set(packet._overload_names))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_KEPT_REGISTRIES: dict[int, _KeptRegistry] = {}
+
+
+@contextlib.contextmanager
+def torchlib_registry_kept():
+    """While exporting, torch.onnx's registry of ATen translations is a copy of one built before.
+    The exporter builds it from torchlib on every call (0.6-1.4 s, most of it inferring each
+    function's signature) and the result only changes when an operator torchlib names appears,
+    e.g. torchvision's after an import. Each export gets its own dict of lists, so the custom
+    translations it registers in front stay its own; the translations themselves are shared (the
+    exporter never changes one once built)."""
+    from torch.onnx._internal.exporter import _registration
+
+    cls = _registration.ONNXRegistry
+    built = cls.__dict__["from_torchlib"]
+
+    def from_torchlib(klass, opset_version=_registration._constants.TORCHLIB_OPSET):
+        kept = _KEPT_REGISTRIES.get(opset_version)
+        if klass is not cls or kept is None or not kept.still_valid():
+            unresolved, resolve = [], _registration._get_overload
+
+            def recording(name):
+                target = resolve(name)
+                if target is None:
+                    unresolved.append(name)
+                return target
+
+            _registration._get_overload = recording
+            try:
+                registry = built.__func__(klass, opset_version=opset_version)
+            finally:
+                _registration._get_overload = resolve
+            if klass is not cls:
+                return registry
+            kept = _KEPT_REGISTRIES[opset_version] = _KeptRegistry(registry, unresolved)
+        registry = copy.copy(kept.registry)
+        registry.functions = {target: list(decomps) for target, decomps in kept.registry.functions.items()}
+        return registry
+
+    cls.from_torchlib = classmethod(from_torchlib)
+    try:
+        yield
+    finally:
+        cls.from_torchlib = built
 
 
 def fresh_leaves(tree):

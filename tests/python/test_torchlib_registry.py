@@ -1,0 +1,68 @@
+"""torch.onnx's registry of torchlib translations is built once and copied into each export
+(workarounds.torchlib_registry_kept): later exports skip the rebuild, translate the same graph,
+leave the kept registry as it was, and rebuild it when an operator torchlib names appears."""
+import pytest
+import torch
+from torch.onnx._internal.exporter import _registration
+
+import torch_ort
+from conftest import MLPClassifier, classifier_batch, twin
+from torch_ort.ortmodule.export import workarounds
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """How many times torchlib's registry was built, starting from none kept."""
+    monkeypatch.setattr(workarounds, "_KEPT_REGISTRIES", {})
+    count = [0]
+    inner = _registration._torchlib_registry.get_torchlib_ops
+
+    def counting():
+        count[0] += 1
+        return inner()
+
+    monkeypatch.setattr(_registration._torchlib_registry, "get_torchlib_ops", counting)
+    return count
+
+
+def train(model, steps=2):
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        loss, _ = model(*classifier_batch(8, gen=gen))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_later_exports_reuse_the_registry_and_train_the_same(builds):
+    eager, wrapped = twin(MLPClassifier)
+    ours = torch_ort.ORTModule(wrapped)
+    assert train(ours) == pytest.approx(train(eager), rel=1e-6)
+    assert builds[0] == 1
+    again_eager, again = twin(MLPClassifier, seed=1)
+    ours_again = torch_ort.ORTModule(again)
+    assert train(ours_again) == pytest.approx(train(again_eager), rel=1e-6)
+    assert builds[0] == 1 and ours.export_count == ours_again.export_count == 1
+    # torch_ort's own translations went into each export's copy, never into the kept registry.
+    kept = next(iter(workarounds._KEPT_REGISTRIES.values())).registry
+    assert not any(d.is_custom for decomps in kept.functions.values() for d in decomps)
+    # Outside an export, torch.onnx builds its registry as it always did.
+    assert _registration.ONNXRegistry.__dict__["from_torchlib"].__func__.__qualname__ == "ONNXRegistry.from_torchlib"
+
+
+def test_an_operator_torchlib_names_appearing_rebuilds_it(builds):
+    torch_ort.ORTModule(twin(MLPClassifier)[1])(*classifier_batch(4))
+    kept = next(iter(workarounds._KEPT_REGISTRIES.values()))
+    assert builds[0] == 1 and kept.still_valid()
+    name = "torch_ort_registry_probe::appears"
+    kept.unresolved.append(name)  # as a torchvision name is while torchvision is not imported
+    assert kept.still_valid()
+    lib = torch.library.Library("torch_ort_registry_probe", "DEF")
+    lib.define("appears(Tensor x) -> Tensor")
+    assert not kept.still_valid()
+    torch_ort.ORTModule(twin(MLPClassifier, seed=2)[1])(*classifier_batch(4))
+    assert builds[0] == 2
