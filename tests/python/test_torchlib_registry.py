@@ -1,9 +1,10 @@
-"""torch.onnx's registry of torchlib translations is built once and copied into each export
-(workarounds.torchlib_registry_kept): later exports skip the rebuild, translate the same graph,
-leave the kept registry as it was, and rebuild it when an operator torchlib names appears."""
+"""torch.onnx's registry of torchlib translations and its decomposition table are built once and
+copied into each export (workarounds.torchlib_registry_kept, decomposition_tables_kept): later
+exports skip the rebuild, train the same, leave what is kept as it was, and rebuild it when an
+operator torchlib names, or a decomposition, appears."""
 import pytest
 import torch
-from torch.onnx._internal.exporter import _registration
+from torch.onnx._internal.exporter import _decomp, _registration
 
 import torch_ort
 from conftest import MLPClassifier, classifier_batch, twin
@@ -66,3 +67,31 @@ def test_an_operator_torchlib_names_appearing_rebuilds_it(builds):
     assert not kept.still_valid()
     torch_ort.ORTModule(twin(MLPClassifier, seed=2)[1])(*classifier_batch(4))
     assert builds[0] == 2
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    """How many times the decomposition table was built, starting from none kept."""
+    monkeypatch.setattr(workarounds, "_KEPT_DECOMPOSITIONS", {})
+    count = [0]
+    inner = _decomp.create_onnx_friendly_decomposition_table
+
+    def counting(ops):
+        count[0] += 1
+        return inner(ops)
+
+    monkeypatch.setattr(_decomp, "create_onnx_friendly_decomposition_table", counting)
+    return count
+
+
+def test_the_decomposition_table_is_kept_until_a_decomposition_appears(tables):
+    eager, wrapped = twin(MLPClassifier)
+    assert train(torch_ort.ORTModule(wrapped)) == pytest.approx(train(eager), rel=1e-6)
+    torch_ort.ORTModule(twin(MLPClassifier, seed=1)[1])(*classifier_batch(4))
+    assert tables[0] == 1
+    assert _decomp.create_onnx_friendly_decomposition_table.__name__ == "counting"  # put back
+    lib = torch.library.Library("torch_ort_decomposition_probe", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x + x, "CompositeImplicitAutograd")
+    torch_ort.ORTModule(twin(MLPClassifier, seed=2)[1])(*classifier_batch(4))
+    assert tables[0] == 2

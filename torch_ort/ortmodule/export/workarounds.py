@@ -224,9 +224,38 @@ def torchlib_registry_kept():
 
     cls.from_torchlib = classmethod(from_torchlib)
     try:
-        yield
+        with decomposition_tables_kept():
+            yield
     finally:
         cls.from_torchlib = built
+
+
+_KEPT_DECOMPOSITIONS: dict[tuple, dict] = {}
+
+
+@contextlib.contextmanager
+def decomposition_tables_kept():
+    """While exporting, the exporter's decomposition table for a set of translated operators is
+    built once (0.1-0.3 s a call: it walks all of torch's decompositions), and again when a
+    decomposition appears: a Python one in torch._decomp's table or a CompositeImplicitAutograd
+    kernel (a library's op). Each export gets its own dict of the shared decompositions."""
+    import torch._decomp
+    from torch.onnx._internal.exporter import _decomp
+
+    build = _decomp.create_onnx_friendly_decomposition_table
+
+    def create_onnx_friendly_decomposition_table(onnx_registered_ops):
+        key = (frozenset(onnx_registered_ops), len(torch._decomp.decomposition_table),
+               len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")))
+        if key not in _KEPT_DECOMPOSITIONS:
+            _KEPT_DECOMPOSITIONS[key] = build(onnx_registered_ops)
+        return dict(_KEPT_DECOMPOSITIONS[key])
+
+    _decomp.create_onnx_friendly_decomposition_table = create_onnx_friendly_decomposition_table
+    try:
+        yield
+    finally:
+        _decomp.create_onnx_friendly_decomposition_table = build
 
 
 def fresh_leaves(tree):
