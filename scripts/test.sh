@@ -30,7 +30,10 @@ part "Python (pytest)"
 # --durations: the slowest tests, so that a CI log shows where the time goes. Two workers, one
 # file each at a time (a file's module fixtures are built once): most of a test's time is the
 # exporter's Python, one core each.
-.venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests/python "$@"
+# OMP_WAIT_POLICY=PASSIVE: a worker's idle OpenMP threads sleep instead of spinning on the core
+# the other worker needs (measured on 2 cores: 7 % less time; three workers took 40 % more).
+OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=20 \
+  tests/python "$@"
 
 part "the wheel, installed outside the checkout"
 scripts/check_wheel.sh
