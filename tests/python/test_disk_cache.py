@@ -248,3 +248,64 @@ def test_python_op_graphs_are_not_cached(strict, monkeypatch, tmp_path):
     monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
     ORTModule(FnNet("ste"))(torch.randn(2, 6)).backward()
     assert not list(tmp_path.glob("*.onnx"))
+
+
+class Config:
+    """A model configuration object, as Hugging Face models hold one (`module.config`): its fields
+    change the forward without appearing in the module's repr."""
+
+    def __init__(self, scale: float, act=None):
+        self.scale = scale
+        self._attn_implementation = "sdpa"
+        self.act = act or torch.tanh
+
+
+class Configured(torch.nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.config.act(self.fc(x)) * self.config.scale
+        return y * 2 if self.config._attn_implementation == "eager" else y
+
+
+@pytest.mark.parametrize("change", ["field", "private field", "function"])
+def test_a_config_the_repr_does_not_show_is_in_the_key(strict, monkeypatch, tmp_path, change):
+    """Two modules that differ only in a field of the config they hold (a number, a private field
+    like Hugging Face's `_attn_implementation`, a function) never reuse each other's graph."""
+    monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    first = Configured(Config(1.0))
+    ORTModule(first)(torch.randn(2, 4)).sum().backward()
+    second = Configured(Config(1.0))
+    second.load_state_dict(first.state_dict())
+    if change == "field":
+        second.config.scale = 3.0
+    elif change == "private field":
+        second.config._attn_implementation = "eager"
+    else:
+        second.config.act = torch.sigmoid
+    ours = ORTModule(second)
+    x = torch.randn(2, 4)
+    out = ours(x)
+    assert (ours.export_count, ours.cache_hit_count) == (1, 0)
+    torch.testing.assert_close(out, second(x))
+    same = Configured(Config(1.0))  # the first one's config again: a hit
+    same.load_state_dict(first.state_dict())
+    again = ORTModule(same)
+    torch.testing.assert_close(again(x), same(x))
+    assert (again.export_count, again.cache_hit_count) == (0, 1)
+
+
+def test_export_options_are_in_the_key(strict, monkeypatch, tmp_path):
+    """An option that changes what the export produces (here: data-dependent decisions taken from
+    the values) is part of the key: the graph exported under one setting is not read under another."""
+    from torch_ort.ortmodule.export import disk_cache
+    from torch_ort.ortmodule.policy.variables import Settings
+    module = Net()
+    keys = {disk_cache.cache_key(module, "schema", 17, [], disk_cache.export_options(Settings.from_env(env)))
+            for env in ({}, {"ORTMODULE_EXPORT_DECISIONS_FROM_VALUES": "0"},
+                        {"ORTMODULE_MEMORY_OPT_LEVEL": "1"}, {"ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS": "a.B"})}
+    assert len(keys) == 4

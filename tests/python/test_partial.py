@@ -307,6 +307,44 @@ def test_identical_submodules_share_one_export_and_others_do_not():
         torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=0)
 
 
+class Scaled(torch.nn.Module):
+    """A block whose forward reads a plain attribute that its repr does not show."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)) * self.scale
+
+
+class Scales(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Scaled(1.0), Scaled(1.0), Scaled(-2.0)])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.mean() if x.sum() > 0 else x.pow(2).mean()
+
+
+def test_submodules_differing_in_a_plain_attribute_do_not_share_an_export():
+    torch.manual_seed(0)
+    eager = Scales()
+    ours = ORTModule(copy.deepcopy(eager))
+    x = torch.randn(5, 8)
+    with pytest.warns(ORTModuleFallbackWarning):
+        ours(x).backward()
+    eager(x).backward()
+    assert [e.wrapper.export_count for e in ours._split.entries] == [1, 0, 1]
+    for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=0)
+
+
 def engine_flop_share(ours, eager, idx, targets) -> float:
     """The share of a training step's FLOPs (forward and backward, as FlopCounterMode counts them
     in eager PyTorch) spent in the submodules that run in the engine."""

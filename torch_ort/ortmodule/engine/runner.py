@@ -129,7 +129,8 @@ class GraphRunner:
                         "shared", type(self._module).__name__, where)
             return ""
         return disk_cache.cache_key(self._module, self._schema, self._settings.opset,
-                                    [qualified_name(op) for op in self._aten.reasons])
+                                    [qualified_name(op) for op in self._aten.reasons],
+                                    (*disk_cache.export_options(self._settings), self._shape_plan))
 
     def _export(self, args: tuple, kwargs: dict) -> None:
         st = self._settings

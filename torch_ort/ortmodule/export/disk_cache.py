@@ -5,8 +5,10 @@ An entry is two files named by a SHA-256 key: `<key>.onnx` (the graph our engine
 `<key>.json` (how its inputs and outputs map to the module's: parameter names, output tree, ...).
 Nothing in an entry is code: the JSON is data and the output tree is pytree's JSON form. The key
 covers the versions of torch and torch_ort, the module's structure (repr, the source files of its
-classes, every parameter's and buffer's name, shape and dtype), the training flag, the input
-schema, the autocast state, the opset and the ATen fallback set.
+classes, every parameter's and buffer's name, shape and dtype), each submodule's plain attributes
+and the fields of the objects it holds (a Hugging Face `config`), the training flag, the input
+schema, the autocast state, the opset, the ATen fallback set and the settings that change what an
+export produces (export_options).
 
 Nothing read from the directory is trusted: an entry is ignored and rewritten when it does not
 parse, was written by another format or another torch_ort/torch version, its graph does not match
@@ -20,6 +22,7 @@ limits; if the engine cannot be built from it, the runner drops the entry and ex
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import inspect
 import json
@@ -49,12 +52,56 @@ def _class_sources(module: torch.nn.Module) -> list[str]:
     return sorted(out)
 
 
-def cache_key(module: torch.nn.Module, schema, opset, aten_ops) -> str:
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, enum.Enum)
+
+
+def _plain(value, depth: int) -> str | None:
+    """Deterministic text for a value a forward may read to decide what it computes: plain data
+    (numbers, strings, dtypes, containers of them), a function (by its qualified name) and, `depth`
+    objects down, an object's own fields (a Hugging Face model's `config`). None for anything
+    else (tensors and modules are covered by the key's other parts)."""
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        parts = [_plain(v, depth) for v in value]
+        return None if None in parts else f"{type(value).__name__}({','.join(parts)})"
+    if isinstance(value, dict):
+        items = [(_plain(k, 0), _plain(v, depth)) for k, v in value.items()]
+        return None if any(None in kv for kv in items) else "{" + ",".join(sorted(f"{k}:{v}" for k, v in items)) + "}"
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type)):
+        return None
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    if depth > 0 and hasattr(value, "__dict__") and not callable(value):
+        return type(value).__qualname__ + _fields(vars(value), depth - 1)
+    return None
+
+
+def _fields(state: dict, depth: int) -> str:
+    texts = ((name, _plain(value, depth)) for name, value in sorted(state.items(), key=lambda kv: str(kv[0])))
+    return "{" + ",".join(f"{name}={text}" for name, text in texts if text is not None) + "}"
+
+
+def _module_state(module: torch.nn.Module) -> list[str]:
+    """Each submodule's plain attributes and the fields of the objects it holds, which its repr
+    need not show (`self.scale = 2.0`, `config._attn_implementation`): two modules that differ
+    only there trace different graphs."""
+    return [f"{name}:{_fields(vars(m), 2)}" for name, m in module.named_modules(remove_duplicate=False)]
+
+
+def export_options(settings) -> tuple:
+    """The settings that change what an export of the same module produces."""
+    return (settings.decisions_from_values, settings.custom_autograd, settings.allow_checkpoint,
+            sorted(settings.skipped_functions), settings.memory_opt_level >= 1)
+
+
+def cache_key(module: torch.nn.Module, schema, opset, aten_ops, options=()) -> str:
     tensors = [(n, tuple(t.shape), str(t.dtype), t.device.type)
                for n, t in (*module.named_parameters(remove_duplicate=False),
                             *module.named_buffers(remove_duplicate=False))]
     text = repr((FORMAT, __version__, torch.__version__, repr(module), _class_sources(module),
-                 tensors, module.training, schema, opset, sorted(aten_ops)))
+                 _module_state(module), tensors, module.training, schema, opset, sorted(aten_ops),
+                 tuple(options)))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
