@@ -95,3 +95,4 @@ def test_the_decomposition_table_is_kept_until_a_decomposition_appears(tables):
     lib.impl("twice", lambda x: x + x, "CompositeImplicitAutograd")
     torch_ort.ORTModule(twin(MLPClassifier, seed=2)[1])(*classifier_batch(4))
     assert tables[0] == 2
+    assert len(workarounds._KEPT_DECOMPOSITIONS) == 1  # the new table replaced the old one

@@ -23,6 +23,7 @@ from torch_ort.ortmodule.export.workarounds import (
     as_keywords,
     attention_with_mask_grad_as_math,
     attribute_reads,
+    decomposition_tables_kept,
     extra_keywords_named,
     fresh_leaves,
     register_dataclass,
@@ -240,8 +241,8 @@ def _export_once(module, args, kwargs, opset, table, capture, static: dict):
     with quiet_exporter(), buffers.keep_buffer_mutations() as mutations, \
             python_op_export.opaque_functions(capture, type(module).__name__), \
             attribute_reads(module) as reads, attention_with_mask_grad_as_math(), ctc_loss_as_library_op(), \
-            extra_keywords_named(module, args, kwargs), \
-            torchlib_registry_kept(), autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # last: wraps forward
+            extra_keywords_named(module, args, kwargs), torchlib_registry_kept(), decomposition_tables_kept(), \
+            autocast_inside(module, autocast_state(_DEVICE_TYPES)):  # last: wraps forward
         program = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, optimize=False,
                                     dynamic_shapes=dynamic_shapes(module, args, kwargs, static),
                                     custom_translation_table=table or None,

@@ -224,13 +224,13 @@ def torchlib_registry_kept():
 
     cls.from_torchlib = classmethod(from_torchlib)
     try:
-        with decomposition_tables_kept():
-            yield
+        yield
     finally:
         cls.from_torchlib = built
 
 
-_KEPT_DECOMPOSITIONS: dict[tuple, dict] = {}
+_KEPT_DECOMPOSITIONS: dict[tuple, dict] = {}  # one entry, the last key's: models alternating
+#   between two ATen-fallback sets rebuild, and a long process keeps one table, not one per set
 
 
 @contextlib.contextmanager
@@ -248,6 +248,7 @@ def decomposition_tables_kept():
         key = (frozenset(onnx_registered_ops), len(torch._decomp.decomposition_table),
                len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")))
         if key not in _KEPT_DECOMPOSITIONS:
+            _KEPT_DECOMPOSITIONS.clear()
             _KEPT_DECOMPOSITIONS[key] = build(onnx_registered_ops)
         return dict(_KEPT_DECOMPOSITIONS[key])
 
