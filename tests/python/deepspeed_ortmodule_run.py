@@ -10,6 +10,7 @@ import sys
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import deepspeed  # noqa: E402
+import deepspeed_gloo  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -63,11 +64,7 @@ def train(stage: int, bf16: bool, ort: bool, steps: int = 6) -> dict:
 
 
 if __name__ == "__main__":
-    # Without this, DeepSpeed's CPU accelerator compiles its shared-memory allreduce (a JIT C++
-    # build of about a minute on 2 cores, in every new environment) before the first collective;
-    # these runs use gloo's collectives.
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed_gloo.init_distributed()
     results = {f"stage{s}_{'bf16' if b else 'fp32'}_{'ort' if o else 'eager'}": train(s, b, o)
                for s in (1, 2) for b in (False, True) for o in (False, True)}
     if dist.get_rank() == 0:

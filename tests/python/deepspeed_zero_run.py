@@ -10,6 +10,7 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PO
                   RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", DS_ACCELERATOR="cpu")
 
 import deepspeed  # noqa: E402
+import deepspeed_gloo  # noqa: E402
 import torch  # noqa: E402
 
 from torch_ort.optim import FP16_Optimizer  # noqa: E402
@@ -70,11 +71,7 @@ def run(stage, patch):
 
 
 if __name__ == "__main__":
-    # Without this, DeepSpeed's CPU accelerator compiles its shared-memory allreduce (a JIT C++
-    # build of about a minute on 2 cores, in every new environment) before the first collective;
-    # these runs use gloo's collectives.
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed_gloo.init_distributed()
     results = {f"stage{s}_{'patched' if p else 'plain'}": run(s, p) for s in (1, 2) for p in (False, True)}
     print("RESULTS " + json.dumps(results))
     sys.stdout.flush()
