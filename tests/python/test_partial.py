@@ -279,34 +279,6 @@ def test_the_other_failure_kinds_split_too(monkeypatch, flag, dtype, env):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
-class TwoWidths(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        mlp = lambda hidden: torch.nn.Sequential(  # noqa: E731
-            torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 8))
-        self.blocks = torch.nn.ModuleList([mlp(16), mlp(16), mlp(32), mlp(16)])
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x.mean() if x.sum() > 0 else x.pow(2).mean()
-
-
-def test_identical_submodules_share_one_export_and_others_do_not():
-    torch.manual_seed(0)
-    eager = TwoWidths()
-    ours = ORTModule(copy.deepcopy(eager))
-    x = torch.randn(5, 8)
-    with pytest.warns(ORTModuleFallbackWarning):
-        ours(x).backward()
-    eager(x).backward()
-    assert [e.wrapper.export_count for e in ours._split.entries] == [1, 0, 1, 0]
-    for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
-    with torch.no_grad():  # inference engines from the shared graphs
-        torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=0)
-
-
 class Scaled(torch.nn.Module):
     """A block whose forward reads a plain attribute that its repr does not show."""
 
@@ -319,10 +291,16 @@ class Scaled(torch.nn.Module):
         return torch.tanh(self.fc(x)) * self.scale
 
 
-class Scales(torch.nn.Module):
-    def __init__(self):
+def mlp(hidden: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 8))
+
+
+class Blocks(torch.nn.Module):
+    """A loop over blocks, then a data-dependent branch: the blocks run through the engine."""
+
+    def __init__(self, blocks):
         super().__init__()
-        self.blocks = torch.nn.ModuleList([Scaled(1.0), Scaled(1.0), Scaled(-2.0)])
+        self.blocks = torch.nn.ModuleList(blocks)
 
     def forward(self, x):
         for b in self.blocks:
@@ -330,18 +308,22 @@ class Scales(torch.nn.Module):
         return x.mean() if x.sum() > 0 else x.pow(2).mean()
 
 
-def test_submodules_differing_in_a_plain_attribute_do_not_share_an_export():
+@pytest.mark.parametrize("blocks, exports", [
+    (lambda: [mlp(16), mlp(16), mlp(32), mlp(16)], [1, 0, 1, 0]),  # another width: another export
+    (lambda: [Scaled(1.0), Scaled(1.0), Scaled(-2.0)], [1, 0, 1]),  # same repr, another attribute: another
+], ids=["widths", "plain attribute"])
+def test_identical_submodules_share_one_export_and_others_do_not(blocks, exports):
     torch.manual_seed(0)
-    eager = Scales()
+    eager = Blocks(blocks())
     ours = ORTModule(copy.deepcopy(eager))
     x = torch.randn(5, 8)
     with pytest.warns(ORTModuleFallbackWarning):
         ours(x).backward()
     eager(x).backward()
-    assert [e.wrapper.export_count for e in ours._split.entries] == [1, 0, 1]
+    assert [e.wrapper.export_count for e in ours._split.entries] == exports
     for (name, a), b in zip(ours.named_parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
-    with torch.no_grad():
+    with torch.no_grad():  # inference engines from the shared graphs
         torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=0)
 
 
