@@ -309,3 +309,33 @@ def test_export_options_are_in_the_key(strict, monkeypatch, tmp_path):
             for env in ({}, {"ORTMODULE_EXPORT_DECISIONS_FROM_VALUES": "0"},
                         {"ORTMODULE_MEMORY_OPT_LEVEL": "1"}, {"ORTMODULE_SKIPPED_AUTOGRAD_FUNCTIONS": "a.B"})}
     assert len(keys) == 4
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return (self.fc(x) * self.scale).pow(2).mean()
+
+
+def test_a_cached_graph_knows_which_attributes_its_export_read(strict, monkeypatch, tmp_path):
+    """As after an export: setting an attribute the export never read (a step counter) keeps a
+    graph read from the cache; setting one it read exports again and follows the new value."""
+    monkeypatch.setenv("ORTMODULE_CACHE_DIR", str(tmp_path))
+    x = torch.randn(2, 4)
+    ORTModule(Scaled())(x).backward()
+    torch.manual_seed(0)
+    eager = Scaled()
+    ours = ORTModule(Scaled())
+    ours.load_state_dict(eager.state_dict())
+    ours(x).backward()
+    assert (ours.export_count, ours.cache_hit_count) == (0, 1)
+    ours.step = 1
+    ours(x).backward()
+    assert ours.export_count == 0
+    ours.scale = eager.scale = 3.0
+    torch.testing.assert_close(ours(x), eager(x))
+    assert ours.export_count == 1

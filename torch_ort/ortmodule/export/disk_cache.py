@@ -133,6 +133,7 @@ def store(directory: str, key: str, result: ExportResult, aten_ops: list[str]) -
             "static_dims": result.static_dims, "shape_plan": result.shape_plan,
             "input_names": result.input_names,
             "buffer_updates": result.buffer_updates, "aten_ops": aten_ops,
+            "attributes_read": None if result.attributes_read is None else sorted(result.attributes_read),
             "export_seconds": result.seconds}
     os.makedirs(directory, exist_ok=True)
     for suffix, data in ((".onnx", result.onnx_bytes), (".json", json.dumps(meta).encode())):
@@ -172,7 +173,8 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
             static_dims=[list(d) for d in meta["static_dims"]], seconds=0.0,
             shape_plan=str(meta.get("shape_plan", "dynamic")),
             input_names=list(meta["input_names"]), buffer_updates=list(meta["buffer_updates"]),
-            out_constants={int(i): v for i, v in meta["out_constants"]}, from_cache=True)
+            out_constants={int(i): v for i, v in meta["out_constants"]}, from_cache=True,
+            attributes_read=_names(meta.get("attributes_read")))
     except Exception as e:  # anything wrong with an entry: say so, export again, overwrite it
         LOGGER.warning("ORTMODULE_CACHE_DIR: ignoring cache entry %s (%s: %s); exporting again",
                        base, type(e).__name__, e)
@@ -180,6 +182,15 @@ def load(directory: str, key: str, module: torch.nn.Module) -> tuple[ExportResul
     LOGGER.info("ORTMODULE_CACHE_DIR: loaded the exported graph from %s (export skipped; it took "
                 "%.2fs when it was made)", base, meta.get("export_seconds", 0.0))
     return result, aten_ops
+
+
+def _names(value) -> frozenset | None:
+    """The module attributes the export read, as recorded (None: not recorded, so unknown)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("attributes_read is not a list of names")
+    return frozenset(value)
 
 
 def _check_versions(meta: dict) -> None:

@@ -51,7 +51,8 @@ class ExportResult:
     shared: bool = False              # an identical sibling submodule's export (partial.SharedExports)
     stored: bool = False              # written to ORTMODULE_CACHE_DIR
     attributes_read: frozenset | None = None  # the module's own attributes the trace read (None:
-    #   unknown, e.g. loaded from the cache); setting any other one cannot change the graph
+    #   unknown, e.g. a cache entry that did not record them); setting any other one cannot change
+    #   the graph
     shape_plan: str = "dynamic"       # SHAPE_PLANS entry the export succeeded with
     decisions: int = 0                # data-dependent decisions taken from the call's values (decisions.py)
 
