@@ -299,6 +299,17 @@ def test_a_config_the_repr_does_not_show_is_in_the_key(strict, monkeypatch, tmp_
     assert (again.export_count, again.cache_hit_count) == (0, 1)
 
 
+def test_an_attribute_that_holds_itself_leaves_the_key_computable():
+    from torch_ort.ortmodule.export import disk_cache
+    module = Net()
+    module.loop = [1]
+    module.loop.append(module.loop)
+    module.table = {"a": {"b": [1, 2]}}
+    key = disk_cache.cache_key(module, "schema", 17, [])
+    module.table["a"]["b"].append(3)
+    assert disk_cache.cache_key(module, "schema", 17, []) != key
+
+
 def test_export_options_are_in_the_key(strict, monkeypatch, tmp_path):
     """An option that changes what the export produces (here: data-dependent decisions taken from
     the values) is part of the key: the graph exported under one setting is not read under another."""

@@ -55,18 +55,19 @@ def _class_sources(module: torch.nn.Module) -> list[str]:
 _PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, enum.Enum)
 
 
-def _plain(value, depth: int) -> str | None:
+def _plain(value, depth: int, nesting: int = 0) -> str | None:
     """Deterministic text for a value a forward may read to decide what it computes: plain data
     (numbers, strings, dtypes, containers of them), a function (by its qualified name) and, `depth`
     objects down, an object's own fields (a Hugging Face model's `config`). None for anything
-    else (tensors and modules are covered by the key's other parts)."""
+    else (tensors and modules are covered by the key's other parts), and for containers nested
+    deeper than 8 (a list that holds itself)."""
     if isinstance(value, _PLAIN):
         return repr(value)
     if isinstance(value, (list, tuple)):
-        parts = [_plain(v, depth) for v in value]
+        parts = [_plain(v, depth, nesting + 1) for v in value] if nesting < 8 else [None]
         return None if None in parts else f"{type(value).__name__}({','.join(parts)})"
     if isinstance(value, dict):
-        items = [(_plain(k, 0), _plain(v, depth)) for k, v in value.items()]
+        items = [(_plain(k, 0), _plain(v, depth, nesting + 1)) for k, v in value.items()] if nesting < 8 else [(None,)]
         return None if any(None in kv for kv in items) else "{" + ",".join(sorted(f"{k}:{v}" for k, v in items)) + "}"
     if isinstance(value, (torch.nn.Module, torch.Tensor, type)):
         return None
