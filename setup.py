@@ -12,10 +12,12 @@
 # libraries to link) are what torch itself says they are, through cpp_extension; with CMake we
 # would re-derive them from TorchConfig.cmake, a second source of truth. The torch-free core's
 # GoogleTest build keeps its CMakeLists.txt, which needs no torch.
+import ast
 import glob
 import importlib.util
 import os
 import re
+import sys
 
 from setuptools import setup
 
@@ -140,6 +142,44 @@ def cuda_extension(cpp_extension):
     )
 
 
+def metadata_only() -> bool:
+    """pip's metadata hooks: setuptools runs egg_info for the build requirements and dist_info for
+    the metadata, each in a process of its own. They need torch's version, not torch."""
+    args = set(sys.argv[1:])
+    return bool(args & {"egg_info", "dist_info"}) and not args & {
+        "bdist_wheel", "build_ext", "build", "install", "develop", "editable_wheel"}
+
+
+def check_torch(version: str) -> tuple[str, str]:
+    """The torch release's (major, minor); an unsupported one is refused before anything compiles.
+    The extension follows torch's C++ ABI, which changes between minor releases: the wheel
+    requires the minor release it compiled against. The version stays plain (PyPI refuses local
+    versions such as "+torch2.15"): a release's wheels are built against one torch, and the sdist
+    builds against any supported one."""
+    # torch_ort/_extension.py's SUPPORTED, read without importing that module (it imports torch).
+    with open(os.path.join(ROOT, "torch_ort", "_extension.py")) as f:
+        supported = next(ast.literal_eval(node.value) for node in ast.parse(f.read()).body
+                         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED")
+    release = tuple(int(v) for v in version.split("+")[0].split(".")[:2])
+    if not supported[0] <= release <= supported[1]:
+        lo, hi = (".".join(map(str, v)) for v in supported)
+        raise SystemExit(f"torch_ort: torch {version} is installed; torch_ort supports torch {lo} "
+                         f"to {hi}. Install a supported torch first (pip install 'torch>={lo},<="
+                         f"{hi}.*').")
+    major, minor = version.split(".")[:2]
+    return major, minor
+
+
+def metadata():
+    """build()'s metadata without importing torch: seconds saved twice per `pip install`."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        major, minor = check_torch(version("torch"))
+    except PackageNotFoundError:  # an isolated build asking what to install: torch comes next
+        return sdist()
+    setup(version=our_version(), install_requires=[f"torch=={major}.{minor}.*"] + DEPENDENCIES)
+
+
 def build():
     import torch
     from torch.utils import cpp_extension
@@ -166,19 +206,7 @@ def build():
                 raise SystemExit(f"torch_ort: building protobuf failed: {e}") from e
             super().run()
 
-    # The extension follows torch's C++ ABI, which changes between minor releases: the wheel
-    # requires the minor release it compiled against. The version stays plain (PyPI refuses local
-    # versions such as "+torch2.15"): a release's wheels are built against one torch, and the
-    # sdist builds against any supported one.
-    spec = importlib.util.spec_from_file_location("torch_ort_extension", os.path.join(ROOT, "torch_ort", "_extension.py"))
-    extension = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(extension)
-    if not extension.supported(torch.__version__):  # refused before compiling anything
-        lo, hi = (".".join(map(str, v)) for v in extension.SUPPORTED)
-        raise SystemExit(f"torch_ort: torch {torch.__version__} is installed; torch_ort supports torch {lo} "
-                         f"to {hi}. Install a supported torch first (pip install 'torch>={lo},<="
-                         f"{hi}.*').")
-    major, minor = torch.__version__.split(".")[:2]
+    major, minor = check_torch(torch.__version__)
     modules = extensions(cpp_extension)
     cuda = any(m.name == "torch_ort._C_cuda" for m in modules)
     setup(
@@ -196,5 +224,7 @@ def sdist():
 
 if os.environ.get("TORCH_ORT_SDIST") == "1":  # set by scripts/build_backend.py's build_sdist
     sdist()
+elif metadata_only():
+    metadata()
 else:
     build()

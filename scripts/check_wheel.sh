@@ -4,7 +4,8 @@
 # the sdist and a wheel built from it by that environment's pip, as `pip install` would
 # (scripts/build_wheel.sh); the wheel's name, plain version and manylinux tag, and that it
 # carries no copy of torch's or CUDA's libraries; the wheel installed there (nothing of the tree
-# on sys.path) under the distribution name torch-ort-engine; the getting-started MLP trained
+# on sys.path) under the distribution name torch-ort-engine, beside exactly what its METADATA
+# declares for itself and its examples extra (taken from .venv, no download); the getting-started MLP trained
 # through it with fallback disabled, checking that torch_ort comes from that environment and that
 # the losses match eager PyTorch's.
 set -euo pipefail
@@ -23,30 +24,33 @@ unset CCACHE_BASEDIR  # setup.py then sets it to the unpacked sdist (its default
 base=$("$PY" -c 'import sys; print(sys._base_executable)')
 # The distribution's version (2.15.0), not torch.__version__ (2.15.0+cu132): pip resolves the former.
 torch_version=$("$PY" -c 'from importlib.metadata import version; print(version("torch"))')
-log "a fresh venv in $DIR with torch==$torch_version only"
+log "a fresh venv in $DIR with torch==$torch_version"
 "$base" -m venv "$DIR/v"
-# torch and what it requires, as pip installed them into .venv from the pinned wheel: hard links
-# of their installed files (RECORD), not a second unpacking of 5 GB (100 s on 2 cores). pip sees
-# the same installed distributions either way; nothing else of .venv is there.
-"$PY" - "$DIR/v" <<'LINK'
+# Installed distributions of .venv, as hard links of their files (RECORD), not a second unpacking
+# of 5 GB (100 s on 2 cores) and no download: link REQUIREMENT... takes the named ones and all
+# they require, transitively, with the extras asked. pip then sees the same installed
+# distributions as after installing them itself; nothing else of .venv is there.
+link() {
+"$PY" - "$DIR/v" "$@" <<'LINK'
 import os, shutil, sys, sysconfig
 from importlib.metadata import distribution
 from packaging.requirements import Requirement
 dest = sysconfig.get_paths(vars={"base": sys.argv[1], "platbase": sys.argv[1]})["purelib"]
-todo, seen, linked = [("torch", frozenset())], set(), set()
-while todo:  # (distribution, the extras asked of it): torch needs cuda-toolkit[cufile,...]
-    name, extras = todo.pop()
-    dist = distribution(name)
-    key = (dist.metadata["Name"].lower().replace("_", "-"), extras)
+todo, seen, linked = [Requirement(r) for r in sys.argv[2:]], set(), []
+while todo:  # torch needs cuda-toolkit[cufile,...]
+    req = todo.pop()
+    dist = distribution(req.name)
+    key = (dist.metadata["Name"].lower().replace("_", "-"), frozenset(req.extras))
     if key in seen:
         continue
     seen.add(key)
     for r in map(Requirement, dist.requires or []):
-        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *extras)):
-            todo.append((r.name, frozenset(r.extras)))
-    if key[0] in linked:
-        continue
-    linked.add(key[0])
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+            todo.append(r)
+    metadata = next(f for f in dist.files if f.name == "METADATA")
+    if key[0] in linked or os.path.exists(os.path.join(dest, metadata)):
+        continue  # linked already (by an earlier call)
+    linked.append(key[0])
     for f in dist.files or []:
         src = os.path.realpath(dist.locate_file(f))
         rel = os.path.relpath(src, os.path.realpath(str(dist.locate_file(""))))
@@ -59,6 +63,8 @@ while todo:  # (distribution, the extras asked of it): torch needs cuda-toolkit[
             shutil.copy2(src, os.path.join(dest, rel))
 print(f"[check_wheel] linked {len(linked)} distributions: {', '.join(sorted(linked))}")
 LINK
+}
+link torch  # the build (pip's isolated environment) compiles against this environment's torch
 "$DIR/v/bin/python" -c "import torch; assert torch.__version__.split('+')[0] == '$torch_version', torch.__version__"
 PYTHON="$DIR/v/bin/python" scripts/build_wheel.sh
 wheel=$(ls dist/torch_ort_engine-*.whl)
@@ -68,6 +74,22 @@ version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' torch_ort/_version.py)
   { log "error: unexpected wheel name $(basename "$wheel")"; exit 1; }
 bundled=$("$PY" -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if ".libs/" in n))' "$wheel")
 [ -z "$bundled" ] || { log "error: the wheel bundles libraries: $bundled"; exit 1; }
+# What the wheel and its examples extra declare, from its METADATA: a dependency it forgets to
+# declare is missing there, and the example below fails to import it.
+mapfile -t requires < <("$PY" - "$wheel" <<'REQ'
+import sys, zipfile
+from email.parser import Parser
+from packaging.requirements import Requirement
+wheel = zipfile.ZipFile(sys.argv[1])
+meta = Parser().parsestr(wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode())
+for text in meta.get_all("Requires-Dist") or []:
+    r = Requirement(text)
+    if r.marker is None or r.marker.evaluate({"extra": "examples"}):
+        r.marker = None
+        print(r)
+REQ
+)
+link "${requires[@]}"
 log "installing $(basename "$wheel")[examples]"
 "$DIR/v/bin/pip" install -q "$wheel[examples]"
 "$DIR/v/bin/python" -c "from importlib.metadata import version; v = version('torch-ort-engine'); \
