@@ -96,3 +96,27 @@ def test_the_decomposition_table_is_kept_until_a_decomposition_appears(tables):
     torch_ort.ORTModule(twin(MLPClassifier, seed=2)[1])(*classifier_batch(4))
     assert tables[0] == 2
     assert len(workarounds._KEPT_DECOMPOSITIONS) == 1  # the new table replaced the old one
+
+
+def test_the_registry_built_with_domains_only_is_the_full_one():
+    """Building the kept registry reads only the domain of each traced torchlib function: every
+    such domain is its opset's, and the registry built that way holds the same translations, in the
+    same order, as the one built reading each function's full signature IR."""
+    from onnxscript._internal.values import TracedOnnxFunction
+    from onnxscript.function_libs.torch_lib import registration
+
+    traced = [f for ops in registration.default_registry.values() for f in (*ops.overloads, *ops.complex)
+              if isinstance(f, TracedOnnxFunction)]
+    assert len(traced) > 100
+    assert all(f.function_ir.domain == f.opset.domain for f in traced)
+
+    def entries(registry):
+        return {target: [(d.onnx_function, d.is_complex, d.is_custom) for d in decomps]
+                for target, decomps in registry.functions.items()}
+
+    full = _registration.ONNXRegistry.from_torchlib()
+    with workarounds._traced_domains_only():
+        assert type(TracedOnnxFunction.__dict__["function_ir"]) is property
+        short = _registration.ONNXRegistry.from_torchlib()
+    assert entries(short) == entries(full)
+    assert traced[0].function_ir.__class__.__name__ == "IRFunction"  # put back

@@ -186,6 +186,35 @@ def _resolves(qualified: str) -> bool:
 _KEPT_REGISTRIES: dict[int, _KeptRegistry] = {}
 
 
+class _Domain:
+    def __init__(self, domain: str):
+        self.domain = domain
+
+
+@contextlib.contextmanager
+def _traced_domains_only():
+    """While the registry is built, a traced torchlib function's `function_ir` is its domain only.
+    Building the registry reads nothing else of it (onnxscript's get_torchlib_ops takes
+    `function_ir.domain`), and onnxscript derives that IR anew on every read by parsing the
+    function's source: 497 functions, about 0.7 s of every process's first export. The domain
+    is the function's opset's (tests/python/test_torchlib_registry.py checks each). An onnxscript
+    without the class builds the registry as it always did."""
+    try:
+        from onnxscript._internal.values import TracedOnnxFunction
+    except ImportError:
+        yield
+        return
+    full = TracedOnnxFunction.__dict__.get("function_ir")
+    if not isinstance(full, property):
+        yield
+        return
+    TracedOnnxFunction.function_ir = property(lambda self: _Domain(self.opset.domain))
+    try:
+        yield
+    finally:
+        TracedOnnxFunction.function_ir = full
+
+
 @contextlib.contextmanager
 def torchlib_registry_kept():
     """While exporting, torch.onnx's registry of ATen translations is a copy of one built before.
@@ -212,7 +241,8 @@ def torchlib_registry_kept():
 
             _registration._get_overload = recording
             try:
-                registry = built.__func__(klass, opset_version=opset_version)
+                with _traced_domains_only():
+                    registry = built.__func__(klass, opset_version=opset_version)
             finally:
                 _registration._get_overload = resolve
             if klass is not cls:
