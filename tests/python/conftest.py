@@ -4,8 +4,11 @@ import copy
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 import torch
@@ -108,16 +111,43 @@ def twin(model_cls, seed=0, **kw):
     return a, copy.deepcopy(a)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_worker(worker: str, *args: str, world: int = 1, env: dict | None = None, cwd: str | None = None,
                out: str) -> None:
-    """Runs a training worker script: one process, or `world` under torchrun --standalone, with
-    FALLBACK_DISABLE (nothing may silently run eager) and `env` added; fails with the output's tail."""
-    launcher = [sys.executable] if world == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
-    cmd = launcher + [worker, *args, "--out", out]
+    """Runs a training worker script, with FALLBACK_DISABLE (nothing may silently run eager) and
+    `env` added: one process, or `world` ranks started here with the variables torchrun would set
+    (without torchrun's own process: one torch import less per run; the examples' tests run
+    torchrun itself). A rank that fails stops the others; fails with each rank's output's tail."""
+    cmd = [sys.executable, worker, *args, "--out", out]
     environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", **(env or {})}
-    done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=600, cwd=cwd)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    if world > 1:
+        environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world),
+                       LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
+    with tempfile.TemporaryDirectory() as logs:
+        procs = []
+        for rank in range(world):
+            with open(os.path.join(logs, f"{rank}.out"), "w") as o, open(os.path.join(logs, f"{rank}.err"), "w") as e:
+                rank_env = dict(environ, RANK=str(rank), LOCAL_RANK=str(rank)) if world > 1 else environ
+                procs.append(subprocess.Popen(cmd, env=rank_env, stdout=o, stderr=e, text=True, cwd=cwd))
+        deadline = time.monotonic() + 600
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                break
+            time.sleep(0.05)
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            tails = []
+            for rank, code in enumerate(codes):
+                with open(os.path.join(logs, f"{rank}.out")) as o, open(os.path.join(logs, f"{rank}.err")) as e:
+                    tails.append(f"--- rank {rank} of {world}: exit {code}\n{o.read()[-3000:]}\n{e.read()[-6000:]}")
+            raise AssertionError(f"{' '.join(cmd)} failed:\n" + "\n".join(tails))
 
 
 def read_result(path: str) -> dict:

@@ -4,6 +4,7 @@ with ORTModule and with eager; no_sync accumulation; find_unused_parameters; Bat
 broadcast from rank 0; a checkpoint saved on rank 0 and loaded on every rank."""
 import functools
 import os
+import tempfile
 
 import pytest
 import torch
@@ -12,12 +13,14 @@ from conftest import assert_same_training, read_result, run_worker
 pytestmark = pytest.mark.branches_unexportable  # its `if h.sum() > 0` models must not export
 
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
+# The runs' results and the checkpoints beside them, removed when the tests end.
+SCRATCH = tempfile.TemporaryDirectory(prefix="torch_ort_ddp_")
 TINY_GROUPS = {"ORTMODULE_GRADIENT_RELEASE": "0.000001"}  # small models still release in groups
 
 
 @functools.lru_cache(maxsize=None)
 def run(world: int, engine: str, *flags: str, env: tuple = ()) -> dict:
-    out = f"/tmp/torch_ort_ddp_{os.getpid()}_{world}_{engine}_{'_'.join(flags)}_{len(env)}.json"
+    out = os.path.join(SCRATCH.name, f"{world}_{engine}_{'_'.join(flags)}_{len(env)}.json")
     run_worker(WORKER, "--engine", engine, *flags, world=world, env=dict(env), out=out)
     return read_result(out)
 

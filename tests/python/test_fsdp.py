@@ -6,15 +6,18 @@ modules FSDP2 already manages is refused with the supported composition named. M
 Linear blocks under a head (AdamW), and the tiny nanoGPT of model_zoo (SGD)."""
 import functools
 import os
+import tempfile
 
 from conftest import assert_same_training, read_result, run_worker
 
 WORKER = os.path.join(os.path.dirname(__file__), "fsdp_worker.py")
+# The runs' results and the checkpoints beside them, removed when the tests end.
+SCRATCH = tempfile.TemporaryDirectory(prefix="torch_ort_fsdp_")
 
 
 @functools.lru_cache(maxsize=None)
 def run(engine: str, *flags: str) -> dict:
-    out = f"/tmp/torch_ort_fsdp_{os.getpid()}_{engine}_{'_'.join(flags)}.json"
+    out = os.path.join(SCRATCH.name, f"{engine}_{'_'.join(flags)}.json")
     run_worker(WORKER, "--engine", engine, *flags, world=2, out=out)
     return read_result(out)
 
