@@ -4,6 +4,7 @@
 #   scripts/fuzz.sh            # 60 s
 #   scripts/fuzz.sh 1800       # 30 minutes
 #   scripts/fuzz.sh 900 15000  # 15000 executions, at most 900 s (the same work on a busy machine)
+# One fuzzer process per core (FUZZ_JOBS=1: one), each running its share of the executions.
 # The corpus grows in build/fuzz-corpus (seeded from tests/fuzz/corpus, which stays untouched).
 # A crash, sanitizer report, timeout (-timeout) or out-of-memory (-rss_limit_mb) exits non-zero
 # and leaves its input in build/fuzz-crashes; replay it with
@@ -38,16 +39,26 @@ max_len=$(( $(find tests/fuzz/corpus -type f -printf '%s\n' | sort -n | tail -1)
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_container_overflow=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 before=$(find "$CORPUS" -type f | wc -l)
-log="$CRASHES/last-run.log"
-set +e
-"$FUZZER" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -runs="$RUNS" -rss_limit_mb=2048 -timeout=10 \
-  -max_len="$max_len" -artifact_prefix="$CRASHES/" -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|what\(\)|stat::|Test unit written"
-rc=${PIPESTATUS[0]}
-set -e
+# One fuzzer process per core (FUZZ_JOBS), sharing the corpus, the executions split between them:
+# libFuzzer runs on one core, and this pass is most of a minute of the test run.
+jobs=${FUZZ_JOBS:-$(nproc)}
+per_job=$(( RUNS < 0 ? -1 : (RUNS + jobs - 1) / jobs ))
+rm -f "$CRASHES"/last-run*.log
+pids=()
+for ((j = 1; j <= jobs; j++)); do
+  "$FUZZER" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -runs="$per_job" -rss_limit_mb=2048 -timeout=10 \
+    -max_len="$max_len" -artifact_prefix="$CRASHES/" -print_final_stats=1 > "$CRASHES/last-run.$j.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || rc=$?
+done
+grep -hE "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|what\(\)|stat::|Test unit written" "$CRASHES"/last-run.*.log
 after=$(find "$CORPUS" -type f | wc -l)
-execs=$(awk '/stat::number_of_executed_units:/ {n += $2} END {print n + 0}' "$log")
-echo "[fuzz] ${SECONDS} s elapsed (bounds: ${SECONDS_TO_RUN} s, ${RUNS} runs): ${execs} executions, corpus ${before} -> ${after} files, exit ${rc}"
+execs=$(awk '/stat::number_of_executed_units:/ {n += $2} END {print n + 0}' "$CRASHES"/last-run.*.log)
+echo "[fuzz] ${SECONDS} s elapsed (bounds: ${SECONDS_TO_RUN} s, ${RUNS} runs, ${jobs} processes): ${execs} executions, corpus ${before} -> ${after} files, exit ${rc}"
 if [ "$rc" -ne 0 ]; then
-  echo "[fuzz] FAILED: the input is in $CRASHES (log: $log)" >&2
+  echo "[fuzz] FAILED: the input is in $CRASHES (logs: $CRASHES/last-run.*.log)" >&2
   exit "$rc"
 fi
