@@ -125,9 +125,10 @@ def run_worker(worker: str, *args: str, world: int = 1, env: dict | None = None,
     torchrun itself). A rank that fails stops the others; fails with each rank's output's tail."""
     cmd = [sys.executable, worker, *args, "--out", out]
     environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", **(env or {})}
-    if world > 1:
+    if world > 1:  # OMP_NUM_THREADS=1 as torchrun sets it for several ranks on one machine
         environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world),
                        LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
+        environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as logs:
         procs = []
         for rank in range(world):
