@@ -12,7 +12,6 @@
 # libraries to link) are what torch itself says they are, through cpp_extension; with CMake we
 # would re-derive them from TorchConfig.cmake, a second source of truth. The torch-free core's
 # GoogleTest build keeps its CMakeLists.txt, which needs no torch.
-import ast
 import glob
 import importlib.util
 import os
@@ -156,13 +155,12 @@ def check_torch(version: str) -> tuple[str, str]:
     requires the minor release it compiled against. The version stays plain (PyPI refuses local
     versions such as "+torch2.15"): a release's wheels are built against one torch, and the sdist
     builds against any supported one."""
-    # torch_ort/_extension.py's SUPPORTED, read without importing that module (it imports torch).
-    with open(os.path.join(ROOT, "torch_ort", "_extension.py")) as f:
-        supported = next(ast.literal_eval(node.value) for node in ast.parse(f.read()).body
-                         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED")
-    release = tuple(int(v) for v in version.split("+")[0].split(".")[:2])
-    if not supported[0] <= release <= supported[1]:
-        lo, hi = (".".join(map(str, v)) for v in supported)
+    # torch_ort/_extension.py, loaded on its own (it imports torch only when checking a running one).
+    spec = importlib.util.spec_from_file_location("torch_ort_extension", os.path.join(ROOT, "torch_ort", "_extension.py"))
+    extension = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extension)
+    if not extension.supported(version):
+        lo, hi = (".".join(map(str, v)) for v in extension.SUPPORTED)
         raise SystemExit(f"torch_ort: torch {version} is installed; torch_ort supports torch {lo} "
                          f"to {hi}. Install a supported torch first (pip install 'torch>={lo},<="
                          f"{hi}.*').")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import importlib
 
-import torch
-
 # The torch releases torch_ort supports; scripts/build_backend.py tells pip the same range (a test
 # keeps the two equal).
 SUPPORTED = ((2, 11), (2, 15))  # inclusive
@@ -51,6 +49,8 @@ def supported(version: str) -> bool:
 def check(running: str | None = None, built: str | None = None) -> None:
     """Raises TorchVersionError when the running torch is outside the supported range or is not
     the minor release the extension was compiled against."""
+    import torch  # here, not at the top: setup.py reads SUPPORTED and supported() without torch
+
     running = running or torch.__version__
     built = built if built is not None else built_against()
     lo, hi = (".".join(map(str, v)) for v in SUPPORTED)
@@ -69,6 +69,8 @@ def check(running: str | None = None, built: str | None = None) -> None:
 def load(name: str):
     """torch_ort.<name> (_C or _C_cuda), after check(); a load failure that means another torch is
     reported as TorchVersionError."""
+    import torch
+
     check()
     try:
         return importlib.import_module(f"torch_ort.{name}")
