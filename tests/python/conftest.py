@@ -5,7 +5,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -15,6 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import torch_ort
+
+import forkserver
 
 # The optimizer kernels' CPU paths this processor has (tests run each).
 OPTIM_CPU_PATHS = ["avx512", "portable"] if torch_ort._C.optim_cpu_path() == "avx512" else ["portable"]
@@ -121,8 +122,9 @@ def run_worker(worker: str, *args: str, world: int = 1, env: dict | None = None,
                out: str) -> None:
     """Runs a training worker script, with FALLBACK_DISABLE (nothing may silently run eager) and
     `env` added: one process, or `world` ranks started here with the variables torchrun would set
-    (without torchrun's own process: one torch import less per run; the examples' tests run
-    torchrun itself). A rank that fails stops the others; fails with each rank's output's tail."""
+    (without torchrun's own process; the examples' tests run torchrun itself), each forked from
+    the fork server (forkserver.py: its imports are done). A rank that fails stops the others;
+    fails with each rank's output's tail."""
     cmd = [sys.executable, worker, *args, "--out", out]
     environ = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", **(env or {})}
     if world > 1:  # OMP_NUM_THREADS=1 as torchrun sets it for several ranks on one machine
@@ -134,7 +136,7 @@ def run_worker(worker: str, *args: str, world: int = 1, env: dict | None = None,
         for rank in range(world):
             with open(os.path.join(logs, f"{rank}.out"), "w") as o, open(os.path.join(logs, f"{rank}.err"), "w") as e:
                 rank_env = dict(environ, RANK=str(rank), LOCAL_RANK=str(rank)) if world > 1 else environ
-                procs.append(subprocess.Popen(cmd, env=rank_env, stdout=o, stderr=e, text=True, cwd=cwd))
+                procs.append(forkserver.Popen(cmd, env=rank_env, stdout=o, stderr=e, text=True, cwd=cwd))
         deadline = time.monotonic() + 600
         while any(p.poll() is None for p in procs):
             if any(p.returncode for p in procs) or time.monotonic() > deadline:

@@ -3,11 +3,12 @@ processes): with torch_ort's FusedAdam as the client optimizer, fp32 and bf16 (F
 patching DeepSpeed's optimizer), it trains exactly as the eager model under the same engine."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
+
+import forkserver
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "deepspeed_ortmodule_run.py")
 
@@ -16,7 +17,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "deepspeed_ortmodule_run.py")
 def results():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", SCRIPT]
     env = dict(os.environ, DS_ACCELERATOR="cpu", ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    proc = forkserver.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(lines[0][len("RESULTS "):])

@@ -1,7 +1,6 @@
 """ORTMODULE_CACHE_DIR: a second process with the same model and schema skips export; bad
 entries are rejected and rewritten; graphs with PythonOps are not cached."""
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -9,6 +8,8 @@ import pytest
 import torch
 
 from torch_ort import ORTModule
+
+import forkserver
 
 SCRIPT = textwrap.dedent("""
     import json, sys, time, torch
@@ -29,7 +30,7 @@ SCRIPT = textwrap.dedent("""
 
 def _run(cache_dir):
     env = dict(os.environ, ORTMODULE_CACHE_DIR=str(cache_dir), ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+    out = forkserver.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
     import json
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -8,12 +8,13 @@ import os
 import re
 import runpy
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+import forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def export_cache(tmp_path_factory):
 
 
 def test_getting_started_smoke():
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "getting_started.py"), "--steps", "40"],
+    run = forkserver.run([sys.executable, str(ROOT / "examples" / "getting_started.py"), "--steps", "40"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=True)
     out = run.stdout
     assert "falling back" not in run.stderr, run.stderr  # trained through the engine
@@ -41,7 +42,7 @@ def test_huggingface_gpt2_smoke(tmp_path):
     """The README's main command, shortened: GPT-2 pre-trained on the stdlib's code, checkpointed,
     reloaded and fine-tuned on Python's docs, in two processes (ORTModule, eager): the same losses
     and perplexities, the docs' perplexity falls with fine-tuning, the checkpoint round-trips."""
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "huggingface_gpt2.py"), "--steps", "12",
+    run = forkserver.run([sys.executable, str(ROOT / "examples" / "huggingface_gpt2.py"), "--steps", "12",
                           "--finetune-steps", "6", "--eval-batches", "1", "--data-mb", "0.5", "--quiet",
                           "--out-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -72,7 +73,7 @@ def test_ddp_training_smoke(tmp_path):
     resumes from (its first loss is the trained one, not a fresh model's)."""
     ckpt = tmp_path / "ddp.pt"
     env = {**__import__("os").environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    two = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           str(ROOT / "examples" / "ddp_training.py"), "--steps", "20", "--data-mb", "0.3",
                           "--checkpoint", str(ckpt), "--device", "cpu"],  # gloo, also where a GPU is
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
@@ -84,7 +85,7 @@ def test_ddp_training_smoke(tmp_path):
     skew = float(re.search(r"max/min over ranks: median (\S+)", out).group(1))
     assert skew < 1.5, out  # the samplers keep the ranks' real tokens per step close
     assert ckpt.exists()
-    one = subprocess.run([sys.executable, str(ROOT / "examples" / "ddp_training.py"), "--steps", "1",
+    one = forkserver.run([sys.executable, str(ROOT / "examples" / "ddp_training.py"), "--steps", "1",
                           "--data-mb", "0.3", "--resume", str(ckpt), "--device", "cpu"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
@@ -107,7 +108,7 @@ def test_bert_pretraining_smoke_and_exact_resume(tmp_path):
             "--batch", "8", "--log-every", "1", "--checkpoint-every", "100", "--device", "cpu", "--precision", "fp32"]
 
     def run(*extra, ckpt):
-        done = subprocess.run([*base, "--checkpoint-dir", str(ckpt), *extra], capture_output=True, text=True,
+        done = forkserver.run([*base, "--checkpoint-dir", str(ckpt), *extra], capture_output=True, text=True,
                               timeout=600, cwd=ROOT, env=env)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
         return [float(v) for v in re.findall(r"^step\s+\d+\s+loss (\S+)", done.stdout, re.MULTILINE)], done.stdout
@@ -253,10 +254,10 @@ def test_documented_command_line_runs(tmp_path, export_cache, name, argv, distri
         if distributed else [sys.executable, *script]
     env = {**os.environ, "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE", "ORTMODULE_CACHE_DIR": export_cache}
     if "--resume" in argv:  # resumes the checkpoint of a first run that stopped after one step
-        first = subprocess.run([sys.executable, *[a for a in script if a != "--resume"], "--stop-after", "1"],
+        first = forkserver.run([sys.executable, *[a for a in script if a != "--resume"], "--stop-after", "1"],
                                capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
         assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    run = forkserver.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert run.returncode == 0, " ".join(cmd) + "\n" + run.stdout[-2000:] + run.stderr[-3000:]
     assert "FELL BACK" not in run.stdout and "falling back" not in run.stderr, run.stdout + run.stderr
     if "--resume" in argv:

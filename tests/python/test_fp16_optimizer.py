@@ -198,10 +198,11 @@ def test_deepspeed_zero_1_and_2_patched_train_exactly_as_unpatched():
     same as unpatched, including the step it skips for nan gradients."""
     import json
     import os
-    import subprocess
     import sys
+
+    import forkserver
     script = os.path.join(os.path.dirname(__file__), "deepspeed_zero_run.py")
-    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600,
+    proc = forkserver.run([sys.executable, script], capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, DS_ACCELERATOR="cpu", MASTER_PORT="29531"))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
