@@ -58,7 +58,11 @@ def forkable(cmd, env: dict | None) -> bool:
 # --- the client side (in the pytest worker) --------------------------------------------------------
 class _Server:
     def __init__(self):
+        # A socket's path has at most 107 bytes: a long TMPDIR gives way to /tmp.
         self.dir = tempfile.mkdtemp(prefix="torch_ort_forkserver.")
+        if len(self.dir) > 80:
+            os.rmdir(self.dir)
+            self.dir = tempfile.mkdtemp(prefix="torch_ort_forkserver.", dir="/tmp")
         self.path = os.path.join(self.dir, "socket")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=_BASE_ENV, text=True)
