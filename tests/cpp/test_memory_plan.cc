@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <set>
 
 #include "csrc/core/autodiff/gradient_builder.h"
@@ -403,25 +403,33 @@ Graph residual_chain(int blocks) {
   return std::move(b.g);
 }
 
-// The best of three runs of planning and counting (the least disturbed by other processes).
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// The best of three runs of planning and counting, in this thread's CPU time: other processes
+// on the machine take cores, not this thread's time.
 double plan_and_count_ms(const Graph& g) {
   double best = 1e300;
   for (int run = 0; run < 3; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = thread_cpu_ms();
     const Plan plan = plan_inference(g);
     const MemoryTimeline t = memory_timeline(g, plan, nullptr);
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, thread_cpu_ms() - t0);
   }
   return best;
 }
 }  // namespace
 
 TEST(MemoryTimeline, FiveThousandNodesPlanAndCountInLinearTime) {
-  // Four times the nodes must cost about four times the time: quadratic work would cost sixteen.
-  // A ratio, not a duration: the same on a loaded machine and under the sanitizers.
-  const Graph small = residual_chain(625), large = residual_chain(2500);
+  // Ten times the nodes must cost about ten times the time: quadratic work would cost a hundred.
+  // A ratio of CPU times, not a duration: the same under the sanitizers and on a loaded machine
+  // (9-14x measured beside three busy processes on 2 cores, under ASan+UBSan).
+  const Graph small = residual_chain(250), large = residual_chain(2500);
   const double ratio = plan_and_count_ms(large) / plan_and_count_ms(small);
-  EXPECT_LT(ratio, 8.0) << "planning and counting 4x the nodes took " << ratio << "x the time";
+  EXPECT_LT(ratio, 30.0) << "planning and counting 10x the nodes took " << ratio << "x the time";
   RecordProperty("time_ratio", std::to_string(ratio));
   const Plan plan = plan_inference(large);
   const MemoryTimeline t = memory_timeline(large, plan, nullptr);
