@@ -41,7 +41,8 @@ def _import_time_keys(env: dict) -> dict:
 
 
 def forkable(cmd, env: dict | None) -> bool:
-    """Whether `cmd` with `env` (None: this process's) would run forked from the server."""
+    """Whether `cmd` with `env` (None: this process's) would run forked from the server (which
+    this starts, if it is not running: its environment after its imports decides)."""
     if os.environ.get("TORCH_ORT_TEST_FORK", "1") == "0" or not isinstance(cmd, (list, tuple)):
         return False
     if len(cmd) < 2 or cmd[0] != sys.executable or (cmd[1].startswith("-") and cmd[1] not in ("-m", "-c")):
