@@ -1,7 +1,9 @@
-// Large CPU buffers kept across steps. glibc maps every allocation of 32 MiB or more afresh and
-// unmaps it on free, so each step pays the page faults of its vocabulary-sized buffers again (a
-// 256 MiB gradient: ~70 ms here, more than writing it). The kernels that make such buffers (the
-// fused LM head's chunk of logits and dW, an embedding's dense gradient) take them from this pool:
+// Large CPU buffers kept across steps. glibc maps an allocation above its mmap threshold (128 KiB
+// at first, at most 32 MiB) afresh and unmaps it on free, so each step pays the page faults of its
+// vocabulary-sized buffers again (a 256 MiB gradient: ~70 ms here, more than writing it; a 32 MB
+// chunk of logits made the copy into it five times slower). The kernels that make such buffers
+// (the fused LM head's chunk of logits and dW, an embedding's dense gradient) take them from this
+// pool when they are 1 MiB or more:
 // a released buffer (a gradient the optimizer dropped with zero_grad, a chunk the step is done
 // with) goes back to the pool instead of to the system, and the next request of its size, or up
 // to a third smaller, gets it. A buffer idle through one whole forward call is given back to the
@@ -22,8 +24,8 @@ namespace torch_ort {
 
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
-  // Requests below this many bytes are left to malloc, which reuses them itself.
-  static constexpr int64_t kMinBytes = int64_t{32} << 20;
+  // Requests below this many bytes are left to malloc, which keeps them in its heap.
+  static constexpr int64_t kMinBytes = int64_t{1} << 20;
 
   static BufferPool& process();  // the one every kernel uses
   ~BufferPool();

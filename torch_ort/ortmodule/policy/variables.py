@@ -129,7 +129,7 @@ VARIABLES: tuple[Variable, ...] = (
              "stage it is in and, at the end, what each took (0: silent; ranks other than 0 always "
              "are) (ours, not ORT's)"),
     Variable("ORTMODULE_CPU_BUFFER_POOL", "cpu_buffer_pool", "bool", True, parse.boolean,
-             "keep the engine's large CPU buffers (32 MiB and up: the fused LM head's chunk of "
+             "keep the engine's large CPU buffers (1 MiB and up: the fused LM head's chunk of "
              "logits and its weight's gradient, an embedding's gradient) for the next step "
              "instead of mapping fresh pages each "
              "step; a buffer unused for a whole step is given back; process-wide, the last "
