@@ -1,8 +1,8 @@
 """Operators registered by other libraries (torch.library: transformers, Liger, the user's own)
 with no ONNX translation run inside the engine's graph as ATen fallback nodes: called through the
 dispatcher with their registered autograd, exported once, shapes from their fake implementation.
-Mixture-of-experts models of transformers, whose experts run through its own grouped_mm operator,
-train in the engine that way."""
+transformers' grouped_mm operator (the experts of its mixture-of-experts models) is the exception:
+it exports to our native GroupedMatMul."""
 import copy
 
 import onnx
@@ -68,10 +68,14 @@ class WithoutFake(torch.nn.Module):
         return no_fake(self.fc(x)).sum()
 
 
-def _aten_ops(ours):
+def _training_graph(ours):
     (runner,) = ours._plan_cache.runners()
     (engine,) = runner._engines.values()
-    graph = onnx.load_from_string(engine.training_graph_onnx()).graph
+    return onnx.load_from_string(engine.training_graph_onnx()).graph
+
+
+def _aten_ops(ours):
+    graph = _training_graph(ours)
     return {a.s.decode() for n in graph.node if n.op_type == "ATenOp" for a in n.attribute if a.name == "aten_op"}
 
 
@@ -129,9 +133,9 @@ def _qwen2_moe(layers=2):
 
 @pytest.mark.parametrize("make", [_mixtral, _qwen2_moe], ids=["mixtral", "qwen2_moe"])
 def test_moe_with_grouped_mm_trains_in_the_engine(strict, make):
-    """Token-to-expert routing (TopK, one-hot, scatter) runs on our kernels, the experts through
-    transformers' grouped_mm operator as an ATen fallback node; the load-balancing loss included,
-    every sequence length dynamic, one export."""
+    """Token-to-expert routing (TopK, one-hot, scatter) runs on our kernels, the experts' grouped_mm
+    as our GroupedMatMul and its gradient (no call back into transformers' Python loop); the
+    load-balancing loss included, every sequence length dynamic, one export."""
     assert make().config._experts_implementation == "grouped_mm"
     g = torch.Generator().manual_seed(0)
     batches = []
@@ -140,7 +144,9 @@ def test_moe_with_grouped_mm_trains_in_the_engine(strict, make):
         batches.append(dict(input_ids=ids, labels=ids))
     ours = _train_with_parity(make, batches, loss_of=lambda out: out.loss)
     assert ours.export_count == 1
-    assert _aten_ops(ours) == {"transformers::grouped_mm_fallback.default"}
+    assert _aten_ops(ours) == set()
+    ops = [n.op_type for n in _training_graph(ours).node]
+    assert ops.count("GroupedMatMul") == 2 * 2 and ops.count("GroupedMatMulGrad") == 2 * 2  # up, down per layer
 
 
 class WithCTC(torch.nn.Module):
@@ -201,3 +207,44 @@ def test_moe_with_the_eager_experts_loop_trains_in_the_engine(strict, make):
     assert st["fallback"] is None and st["decisions"] >= 1
     assert st["exports"] == 1 + st["decision_flips"]  # one export per outcome of the decisions
     assert not any("grouped_mm" in op for op in st["aten_fallback_ops"])
+
+
+class Experts(torch.nn.Module):
+    """Rows sorted by expert through transformers' grouped_mm operator, as its MoE layers call it."""
+
+    def __init__(self, experts=3, k=5, n=7):  # K, N of 5 and 7: rows of no 16-byte multiple
+        super().__init__()
+        self.proj = torch.nn.Linear(k, k)
+        self.weight = torch.nn.Parameter(torch.randn(experts, k, n) / k)
+
+    def forward(self, x, offs):
+        y = torch.ops.transformers.grouped_mm_fallback(self.proj(x), self.weight, offs=offs)
+        return (y * torch.arange(1, y.size(1) + 1)).pow(2).sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_grouped_matmul_matches_transformers_loop(strict, dtype):
+    """Experts without rows (their weight gradient zero), rows past the last group (zero output, no
+    gradient), a call where one expert takes every row; the values are transformers' own."""
+    import transformers.integrations.moe  # noqa: F401  (registers the operator)
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(s, 5, generator=g), torch.tensor(offs, dtype=dtype))
+               for s, offs in ((9, (2, 2, 9)), (12, (0, 7, 10)), (6, (0, 0, 6)), (8, (3, 5, 8)))]
+    ours = _train_with_parity(Experts, batches)
+    assert ours.export_count == 1 and _aten_ops(ours) == set()
+    assert {"GroupedMatMul", "GroupedMatMulGrad"} <= {n.op_type for n in _training_graph(ours).node}
+
+
+@pytest.mark.parametrize("offs,why", [((4, 2, 9), "non-decreasing"), ((2, 5, 11), "end rows within the 9 rows"),
+                                      ((2, 9), "offs length 2 must match number of experts 3")])
+def test_grouped_matmul_names_bad_offsets(strict, offs, why):
+    """Offsets out of order or past the rows: the kernel's error; of the wrong length: the operator's
+    own fake implementation refuses them while exporting."""
+    import transformers.integrations.moe  # noqa: F401
+    model = ORTModule(Experts())
+    model(torch.randn(9, 5), torch.tensor((2, 5, 9), dtype=torch.int32)).backward()  # a good call first
+    with pytest.raises(Exception, match=why):
+        model(torch.randn(9, 5), torch.tensor(offs, dtype=torch.int32)).backward()
+    weight = model.module.weight.detach().clone()
+    model(torch.randn(9, 5), torch.tensor((2, 5, 9), dtype=torch.int32)).backward()  # still works after
+    assert torch.equal(model.module.weight, weight)  # nothing of the user's changed

@@ -1,5 +1,6 @@
-// The linalg family: MatMul, Gemm, Einsum and Det. Kernels: csrc/runtime/kernels/linalg.cc. Our FusedMatMul
-// is in fused.cc.
+// The linalg family: MatMul, Gemm, Einsum and Det, and our GroupedMatMul (the experts of a
+// mixture-of-experts layer). Kernels: csrc/runtime/kernels/linalg.cc, grouped_matmul.cc. Our
+// FusedMatMul is in fused.cc.
 // One home per op: its traits line (linalg_ops() below), its shape rule (shapes/shape_rules.h) and
 // its gradient rule or the reason it has none (autodiff/gradient_registry.h) are all here.
 #include <algorithm>
@@ -18,6 +19,10 @@ std::vector<OpEntry> linalg_ops() {
   return {
       {"", "Gemm", {.recomputable = true}},
       {"", "MatMul", {.recomputable = true}},
+      // (X (S, K), W (E, K, N), offs (E)) -> Y (S, N): rows [offs[e-1], offs[e]) of X times W[e]
+      {kOurDomain, "GroupedMatMul", {.recomputable = true, .arity = OpArity{3, 3, 1, 1}}},
+      // (dY, X, W, offs) -> ([dX], [dW])
+      {kOurDomain, "GroupedMatMulGrad", {.arity = OpArity{4, 4, 2, 2, 0, slots({0, 1})}}},
   };
 }
 
@@ -63,6 +68,25 @@ void gemm_shape(ShapeCtx& c) {
   const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
   check_inner(c, a.dims[ta ? 0 : 1], b.dims[tb ? 1 : 0], a, b);
   c.set(0, Shape::of({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]}));
+}
+
+// GroupedMatMul: X (S, K) · W (E, K, N) -> (S, N); offs holds one count per group (E).
+void grouped_matmul_shape(ShapeCtx& c) {
+  const Shape x = c.in(0), w = c.in(1), offs = c.in(2);
+  if (!x.rank_known || !w.rank_known) return;
+  if (x.rank() != 2 || w.rank() != 3)
+    c.fail("X must be 2-D (rows, K) and W 3-D (groups, K, N), got " + x.to_string() + " and " + w.to_string());
+  check_inner(c, x.dims[1], w.dims[1], x, w);
+  if (offs.rank_known && offs.rank() == 1 && offs.dims[0].is_known() && w.dims[0].is_known() &&
+      offs.dims[0].value != w.dims[0].value)
+    c.fail("offs has " + offs.to_string() + " entries for " + w.to_string() + " groups");
+  c.set(0, Shape::of({x.dims[0], w.dims[2]}));
+}
+
+// GroupedMatMulGrad(dY, X, W, offs) -> (dX like X, dW like W).
+void grouped_matmul_grad_shape(ShapeCtx& c) {
+  c.set(0, c.in(1));
+  c.set(1, c.in(2));
 }
 
 // --- gradient rules (autodiff/gradient_registry.h)
@@ -187,15 +211,29 @@ void det_shape(ShapeCtx& c) {
   c.set(0, Shape::of({x.dims.begin(), x.dims.end() - 2}));
 }
 
+// Y[rows of group e] = X[rows of group e]·W[e]:
+//   dX[rows of e] = dY[rows of e]·W[e]ᵀ,  dW[e] = X[rows of e]ᵀ·dY[rows of e]
+// in one GroupedMatMulGrad that emits only the gradients needed.
+void grouped_matmul_grad(GradCtx& g) {
+  const std::vector<ValueId> d =
+      g.ours_multi("GroupedMatMulGrad", {g.grad_out(0), g.in(0), g.in(1), g.in(2)},
+                   {g.needs(0) ? g.in(0) : kNoValue, g.needs(1) ? g.in(1) : kNoValue});
+  g.set_grad(0, d[0]);
+  g.set_grad(1, d[1]);
+}
+
 }  // namespace
 
 REGISTER_SHAPE_RULE("MatMul", matmul_shape);
 REGISTER_SHAPE_RULE("Gemm", gemm_shape);
 REGISTER_SHAPE_RULE("Einsum", einsum_shape);
 REGISTER_SHAPE_RULE("Det", det_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "GroupedMatMul", grouped_matmul_shape);
+REGISTER_SHAPE_RULE_IN(kOurDomain, "GroupedMatMulGrad", grouped_matmul_grad_shape);
 
 REGISTER_GRADIENT("MatMul", matmul_grad, {});
 REGISTER_GRADIENT("Gemm", gemm_grad, {});
+REGISTER_GRADIENT_IN(kOurDomain, "GroupedMatMul", grouped_matmul_grad, {2});  // offs: counts
 
 ValueId gemm(GradCtx& g, ValueId a, ValueId b, bool ta, bool tb, float alpha) {
   return g.op("Gemm", {a, b}, gemm_attrs(ta, tb, alpha));

@@ -15,6 +15,7 @@ from torch_ort._compat import pytree
 from torch_ort.ortmodule.export import buffers, decisions, python_op_export, translations
 from torch_ort.ortmodule.export.autocast import autocast_inside, autocast_state
 from torch_ort.ortmodule.export.ctc_loss import ctc_loss_as_library_op
+from torch_ort.ortmodule.export.translations.library import library_translations
 from torch_ort.ortmodule.export.export_quiet import quiet_exporter
 from torch_ort.ortmodule.export.shape_plans import (SHAPE_PLANS, dynamic_shapes, fixed_sizes, pinned_symbols,
                                                     plan_static_dims)
@@ -147,7 +148,8 @@ def _export_module(module, args, kwargs, opset, extra_translations, functions, d
     start, original = time.perf_counter(), module
     args, kwargs = fresh_leaves(as_keywords(module, args, kwargs))
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    table = {**(translations.TABLE if own_translations else {}), **(extra_translations or {})}
+    own = {**translations.TABLE, **library_translations()} if own_translations else {}
+    table = {**own, **(extra_translations or {})}
     remap = {}
     if deepcopy:
         module, remap = structural_copy(module)

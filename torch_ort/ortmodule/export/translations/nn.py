@@ -36,7 +36,7 @@ _INDICES = ["tensor(int64)", "tensor(int32)"]
 _FLOAT_DTYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
-def _our_op(name: str, inputs: list[tuple[str, str, bool]], attrs: dict[str, OpSchema.AttrType]) -> Op:
+def our_op(name: str, inputs: list[tuple[str, str, bool]], attrs: dict[str, OpSchema.AttrType]) -> Op:
     """An op of com.torch_ort with one output of type T; inputs are (name, type var, optional)."""
     param = OpSchema.FormalParameter
     option = OpSchema.FormalParameterOption
@@ -50,9 +50,9 @@ def _our_op(name: str, inputs: list[tuple[str, str, bool]], attrs: dict[str, OpS
 
 
 _INT, _FLOAT, _STRING = OpSchema.AttrType.INT, OpSchema.AttrType.FLOAT, OpSchema.AttrType.STRING
-EMBEDDING = _our_op("Embedding", [("weight", "T", False), ("indices", "I", False)],
+EMBEDDING = our_op("Embedding", [("weight", "T", False), ("indices", "I", False)],
                     {"padding_idx": _INT, "scale_grad_by_freq": _INT})
-CROSS_ENTROPY = _our_op("CrossEntropyLoss", [("scores", "T", False), ("labels", "I", False), ("weights", "T", True)],
+CROSS_ENTROPY = our_op("CrossEntropyLoss", [("scores", "T", False), ("labels", "I", False), ("weights", "T", True)],
                         {"reduction": _STRING, "ignore_index": _INT, "label_smoothing": _FLOAT})
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
