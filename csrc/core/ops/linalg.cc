@@ -20,7 +20,7 @@ std::vector<OpEntry> linalg_ops() {
       {"", "Gemm", {.recomputable = true}},
       {"", "MatMul", {.recomputable = true}},
       // (X (S, K), W (E, K, N), offs (E)) -> Y (S, N): rows [offs[e-1], offs[e]) of X times W[e]
-      {kOurDomain, "GroupedMatMul", {.recomputable = true, .arity = OpArity{3, 3, 1, 1}}},
+      {kOurDomain, "GroupedMatMul", {.arity = OpArity{3, 3, 1, 1}}},
       // (dY, X, W, offs) -> ([dX], [dW])
       {kOurDomain, "GroupedMatMulGrad", {.arity = OpArity{4, 4, 2, 2, 0, slots({0, 1})}}},
   };
