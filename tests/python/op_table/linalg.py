@@ -1,4 +1,4 @@
-"""The linalg family (csrc/core/ops/linalg.cc): MatMul and Gemm."""
+"""The linalg family (csrc/core/ops/linalg.cc): MatMul, Gemm, Einsum, Det and our GroupedMatMul."""
 import torch
 import torch.nn.functional as F
 from onnx import TensorProto, numpy_helper
@@ -26,3 +26,27 @@ CASES += [
     Case("Det", [f(2, 3, 3, dtype=torch.float64)], torch.linalg.det, check_grad=False),
 ]
 
+
+
+def grouped(x, w, offs):
+    """GroupedMatMul's reference: rows [offs[e-1], offs[e]) of x times w[e], the rest zero."""
+    y, start = x.new_zeros(x.shape[0], w.shape[2]), 0
+    for e, end in enumerate(offs.tolist()):
+        y[start:end] = x[start:end] @ w[e]
+        start = end
+    return y
+
+
+def grouped_grad(dy, x, w, offs):
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    return torch.autograd.grad(grouped(xr, wr, offs), (xr, wr), dy)
+
+
+CASES += [
+    # an expert without rows (its dW zero) and a row past the last offset (zero, no gradient)
+    Case("GroupedMatMul", [f(7, 4), f(3, 4, 5), torch.tensor([2, 2, 6], dtype=torch.int32)], grouped, domain=OURS),
+    Case("GroupedMatMul", [f(5, 3), f(2, 3, 4), torch.tensor([0, 5])], grouped, domain=OURS,
+         id="GroupedMatMul-one-expert-int64"),
+    Case("GroupedMatMulGrad", [f(7, 5), f(7, 4), f(3, 4, 5), torch.tensor([2, 2, 6], dtype=torch.int32)],
+         grouped_grad, domain=OURS, n_out=2),
+]
