@@ -144,6 +144,7 @@ TEST(OpTraits, HostPlacement) {
       {"com.torch_ort::BiasDropout", {3, 4}}, {"com.torch_ort::DropoutGrad", {2, 3}},
       {"com.torch_ort::EmbeddingGrad", {2}}, {"com.torch_ort::GatherElementsGrad", {1}},
       {"com.torch_ort::GatherGrad", {1}}, {"com.torch_ort::GatherNDGrad", {1}},
+      {"com.torch_ort::GroupedMatMul", {2}}, {"com.torch_ort::GroupedMatMulGrad", {3}},
       {"com.torch_ort::MaxPoolGrad", {2}}, {"com.torch_ort::ReduceMeanGrad", {1, 2}},
       {"com.torch_ort::ReduceSumGrad", {1, 2}}, {"com.torch_ort::SliceGrad", {1, 2, 3, 4, 5}},
       {"com.torch_ort::SplitGrad", {0, 1}}, {"com.torch_ort::SumToShape", {1}},

@@ -20,9 +20,9 @@ std::vector<OpEntry> linalg_ops() {
       {"", "Gemm", {.recomputable = true}},
       {"", "MatMul", {.recomputable = true}},
       // (X (S, K), W (E, K, N), offs (E)) -> Y (S, N): rows [offs[e-1], offs[e]) of X times W[e]
-      {kOurDomain, "GroupedMatMul", {.arity = OpArity{3, 3, 1, 1}}},
+      {kOurDomain, "GroupedMatMul", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},
       // (dY, X, W, offs) -> ([dX], [dW])
-      {kOurDomain, "GroupedMatMulGrad", {.arity = OpArity{4, 4, 2, 2, 0, slots({0, 1})}}},
+      {kOurDomain, "GroupedMatMulGrad", {.host_inputs = {3}, .arity = OpArity{4, 4, 2, 2, 0, slots({0, 1})}}},
   };
 }
 

@@ -7,7 +7,7 @@
 //   dW[e] = X[rows of e]ᵀ·dY[rows of e]; an expert without rows gets a zero dW[e].
 // One GEMM per expert with rows, written straight into the output (as transformers' own loop and
 // ATen's CPU grouped_mm do, so the values are theirs bit for bit); only what no GEMM writes is
-// zeroed. offs is read on the host: free on the CPU, a counted device read elsewhere.
+// zeroed. offs is read on the host: free on the CPU; elsewhere placement copies it once per phase.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <string>
 #include <vector>
@@ -22,25 +22,19 @@ namespace torch_ort::kernels {
 namespace {
 
 // The group boundaries [0, offs[0], ..., offs[E-1]], checked: non-decreasing and within the rows.
-std::vector<int64_t> group_bounds(const KernelCtx& c, const at::Tensor& offs, int64_t groups, int64_t rows) {
+// offs is a declared host input (csrc/core/ops/linalg.cc), so placement keeps it on the host.
+std::vector<int64_t> group_bounds(const KernelCtx& c, int offs_input, int64_t groups, int64_t rows) {
+  const at::Tensor& offs = c.input(offs_input);
   if (offs.dim() != 1 || offs.size(0) != groups)
     c.fail("offs must hold one end row per group (" + std::to_string(groups) + "), got shape " +
            c10::str(offs.sizes()));
-  if (offs.scalar_type() != at::kInt && offs.scalar_type() != at::kLong)
-    c.fail(std::string("offs must be int32 or int64, got ") + c10::toString(offs.scalar_type()));
-  at::Tensor host = offs;
-  if (!offs.is_cpu()) {
-    host = offs.cpu();
-    HostReadScope::add();
-  }
-  host = host.to(at::kLong).contiguous();
-  const int64_t* p = host.const_data_ptr<int64_t>();
   std::vector<int64_t> bounds{0};
-  for (int64_t e = 0; e < groups; ++e) {
-    if (p[e] < bounds.back() || p[e] > rows)
+  for (const int64_t end : c.input_ints(offs_input)) {
+    if (end < bounds.back() || end > rows)
       c.fail("offs must be non-decreasing end rows within the " + std::to_string(rows) + " rows, got " +
-             std::to_string(p[e]) + " after " + std::to_string(bounds.back()) + " (group " + std::to_string(e) + ")");
-    bounds.push_back(p[e]);
+             std::to_string(end) + " after " + std::to_string(bounds.back()) + " (group " +
+             std::to_string(bounds.size() - 1) + ")");
+    bounds.push_back(end);
   }
   return bounds;
 }
@@ -60,7 +54,7 @@ void grouped_matmul_kernel(KernelCtx& c) {
   const at::Tensor& x = c.input(0);
   const at::Tensor& w = c.input(1);
   check_operands(c, x, w);
-  const std::vector<int64_t> b = group_bounds(c, c.input(2), w.size(0), x.size(0));
+  const std::vector<int64_t> b = group_bounds(c, 2, w.size(0), x.size(0));
   at::Tensor y = at::empty({x.size(0), w.size(2)}, x.options());
   for (int64_t e = 0; e < w.size(0); ++e) {
     if (b[e + 1] == b[e]) continue;
@@ -85,7 +79,7 @@ void grouped_matmul_grad_kernel(KernelCtx& c) {
     if (want_dw) c.set_output(1, absent_gradient(w.sizes(), w.options()));
     return;
   }
-  const std::vector<int64_t> b = group_bounds(c, c.input(3), w.size(0), x.size(0));
+  const std::vector<int64_t> b = group_bounds(c, 3, w.size(0), x.size(0));
   at::Tensor dx = want_dx ? at::empty(x.sizes(), x.options()) : at::Tensor();
   at::Tensor dw = want_dw ? at::empty(w.sizes(), w.options()) : at::Tensor();
   for (int64_t e = 0; e < w.size(0); ++e) {
