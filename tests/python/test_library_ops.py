@@ -147,6 +147,14 @@ def test_moe_with_grouped_mm_trains_in_the_engine(strict, make):
     assert _aten_ops(ours) == set()
     ops = [n.op_type for n in _training_graph(ours).node]
     assert ops.count("GroupedMatMul") == 2 * 2 and ops.count("GroupedMatMulGrad") == 2 * 2  # up, down per layer
+    # transformers passes the experts' weights transposed; their gradients come back in the
+    # weights' own layout, so autograd keeps them instead of copying each one.
+    incoming = []
+    for p in ours.parameters():
+        if p.dim() == 3:
+            p.register_hook(lambda grad, p=p: incoming.append(grad.stride() == p.stride()))
+    ours(**batches[0]).loss.backward()
+    assert len(incoming) == 2 * 2 and all(incoming)
 
 
 class WithCTC(torch.nn.Module):

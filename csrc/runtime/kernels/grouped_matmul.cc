@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/mm.h>
 
 #include "csrc/runtime/kernels/common.h"
@@ -81,7 +82,10 @@ void grouped_matmul_grad_kernel(KernelCtx& c) {
   }
   const std::vector<int64_t> b = group_bounds(c, 3, w.size(0), x.size(0));
   at::Tensor dx = want_dx ? at::empty(x.sizes(), x.options()) : at::Tensor();
-  at::Tensor dw = want_dw ? at::empty(w.sizes(), w.options()) : at::Tensor();
+  // dW in W's own layout: transformers passes its experts' weights transposed, so the gradient
+  // of the transposed view is itself a transposed view and reaches the parameter contiguous (an
+  // autograd leaf otherwise copies a gradient whose strides differ from its own).
+  at::Tensor dw = want_dw ? at::empty_like(w) : at::Tensor();
   for (int64_t e = 0; e < w.size(0); ++e) {
     const int64_t n = b[e + 1] - b[e];
     if (n == 0) {
