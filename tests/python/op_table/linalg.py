@@ -27,7 +27,6 @@ CASES += [
 ]
 
 
-
 def grouped(x, w, offs):
     """GroupedMatMul's reference: rows [offs[e-1], offs[e]) of x times w[e], the rest zero."""
     y, start = x.new_zeros(x.shape[0], w.shape[2]), 0
