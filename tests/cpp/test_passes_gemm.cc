@@ -4,6 +4,8 @@
 // structure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
@@ -306,7 +308,7 @@ TEST(LabelSparsity, TheHeadAndLossRunOnTheGatheredRows) {
     auto pass = make_label_sparsity_pass();
     EXPECT_EQ(pass->name(), "label_sparsity");
     run_twice(*pass, h.g);
-    ASSERT_TRUE(make_dce_pass()->run(h.g));
+    make_dce_pass()->run(h.g);
     verify(h.g);
     const GraphIndex idx(h.g);
     const Node& loss = h.g.nodes[idx.producer[h.loss]];
@@ -348,6 +350,67 @@ TEST(LabelSparsity, ReturnedLogitsKeepTheFullProduct) {
       for (ValueId v : n.inputs) gemms_on_rows += v == rows->inputs[0];
   }
   EXPECT_EQ(gemms_on_rows, 1) << "dW from the gathered rows";
+}
+
+// head_graph with h made row by row from x (B, T, 8): h = (x + x·W1)·gamma; a = x·W1 is also
+// returned where a_returned.
+Head head_after_rows(bool a_returned) {
+  Head h = head_graph(2048, false, /*logits_output=*/false);
+  Graph& g = h.g;
+  const ValueId hv = g.inputs[0];
+  const ValueId x = g.add_value("x", DType::kFloat, dims({s("B"), s("T"), k(8)}));
+  const ValueId w1 = g.add_value("W1", DType::kFloat, dims({k(8), k(8)}));
+  const ValueId gamma = g.add_value("gamma", DType::kFloat, dims({k(8)}));
+  const ValueId a = g.add_value("a", DType::kFloat, dims({s("B"), s("T"), k(8)}));
+  const ValueId sum = g.add_value("sum", DType::kFloat, dims({s("B"), s("T"), k(8)}));
+  const size_t head_nodes = g.nodes.size();
+  add_node(g, "FusedMatMul", {x, w1}, {a}, "/w1", kOurDomain);
+  add_node(g, "Add", {x, a}, {sum}, "/residual");
+  add_node(g, "Mul", {sum, gamma}, {hv}, "/scale");
+  std::rotate(g.nodes.begin(), g.nodes.begin() + static_cast<std::ptrdiff_t>(head_nodes), g.nodes.end());
+  g.inputs = {x, g.inputs[1], g.inputs[2], w1, gamma};
+  if (a_returned) g.outputs.push_back(a);
+  verify(g);
+  return h;
+}
+
+TEST(LabelSparsity, TheGatherMovesBackPastTheRowWiseWork) {
+  for (bool a_returned : {false, true}) {
+    Head h = head_after_rows(a_returned);
+    const ValueId x = h.g.inputs[0], a = *h.g.find("a");
+    run_twice(*make_label_sparsity_pass(), h.g);
+    make_dce_pass()->run(h.g);
+    verify(h.g);
+    const GraphIndex idx(h.g);
+    const auto made = [&](ValueId v) -> const Node& { return h.g.nodes[idx.producer[v]]; };
+    const Node& head = made(made(h.loss).inputs[0]);
+    ASSERT_EQ(head.op_type, "FusedMatMul");
+    const Node& scale = made(head.inputs[0]);
+    ASSERT_EQ(scale.op_type, "Mul") << "the head reads the scaled rows, not a gather";
+    const Shape& rows = h.g.value(scale.outputs[0]).shape;
+    EXPECT_EQ(rows.rank(), 2);
+    EXPECT_TRUE(rows.dims[0].is_symbolic()) << "one symbol for the counted rows";
+    const Node& sum = made(scale.inputs[0]);
+    ASSERT_EQ(sum.op_type, "Add");
+    EXPECT_TRUE(h.g.value(sum.outputs[0]).shape.same_as(rows));
+    // What is gathered: x's rows, and a's where a is returned (its GEMM then runs on every row).
+    std::vector<ValueId> gathered;
+    for (const Node& n : h.g.nodes)
+      if (n.op_type == "Gather" && made(n.inputs[1]).op_type == "LabelRows" && idx.producer[n.inputs[0]] >= 0 &&
+          made(n.inputs[0]).op_type == "Flatten")
+        gathered.push_back(made(n.inputs[0]).inputs[0]);
+    std::sort(gathered.begin(), gathered.end());
+    const std::vector<ValueId> want = a_returned ? std::vector<ValueId>{x, a} : std::vector<ValueId>{x};
+    EXPECT_EQ(gathered, want);
+    const Node* w1 = nullptr;
+    for (const Node& n : h.g.nodes)
+      if (n.op_type == "FusedMatMul" && n.inputs[1] == h.g.inputs[3]) w1 = &n;
+    ASSERT_NE(w1, nullptr);
+    EXPECT_EQ(h.g.value(w1->inputs[0]).shape.rank(), a_returned ? 3 : 2);
+    EXPECT_EQ(count(h.g, "FusedMatMul"), 2);
+    TrainingGraph tg = build_training_graph(h.g, {true, false, true, true, true});
+    verify(as_exportable_graph(tg));
+  }
 }
 
 TEST(LabelSparsity, FewClassesOrNoIgnoreIndexStay) {

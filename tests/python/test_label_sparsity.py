@@ -174,15 +174,22 @@ def test_the_head_runs_on_gathered_rows(tmp_path, monkeypatch):
     assert [n for n in g.node if n.op_type in ("FusedMatMul", "Gemm") and rows.output[0] in n.input]
 
 
-def test_without_returned_logits_the_head_runs_on_the_gathered_rows(tmp_path, monkeypatch):
+def test_without_returned_logits_the_rows_are_gathered_as_early_as_is_exact(tmp_path, monkeypatch):
+    """Nothing else reads the head's input: the valid rows are gathered right after the embedding
+    (which reads every id), so the MLP and its GELU run on them too, not only the head."""
     monkeypatch.setenv("ORTMODULE_DISABLED_PASSES", "linear_cross_entropy_fusion")
     g, _ = saved_graph(tmp_path, monkeypatch, make=lambda: Head(logits=False))
     producer = {o: n for n in g.node for o in n.output}
     [loss] = [n for n in g.node if n.op_type == "SoftmaxCrossEntropyLoss"]
     scores = producer[loss.input[0]]
-    assert scores.op_type == "FusedMatMul"
-    assert producer[scores.input[0]].op_type == "Gather"
+    assert scores.op_type == "FusedMatMul" and "head.weight" in scores.input
     assert not [n for n in g.node if n.op_type == "ProductRows"]
+    [rows] = [n for n in g.node if n.op_type == "Gather" and n.input[0] in producer and
+              producer[n.input[0]].op_type == "Flatten" and producer[n.input[1]].op_type == "LabelRows"]
+    assert producer[producer[rows.input[0]].input[0]].op_type == "Embedding"
+    forward = g.node[:list(g.node).index(loss)]
+    [mlp] = [n for n in forward if "mlp.weight" in n.input and n.op_type in ("FusedMatMul", "MatMul")]
+    assert mlp.input[0] == rows.output[0]
 
 
 @pytest.mark.parametrize("variable", ["ORTMODULE_ENABLE_SPARSE_OPTIMIZER", "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER"])

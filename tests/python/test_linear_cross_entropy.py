@@ -133,18 +133,30 @@ def test_each_row_loop_matches_the_aten_rows(path, dtype, smoothing):
 
 def test_the_fused_head_reads_the_gathered_rows(tmp_path, monkeypatch):
     """Label sparsity then the fusion: one LinearCrossEntropy over the gathered rows, no loss op of
-    its own, and its gradients made in forward (backward only scales them)."""
+    its own, and its gradients made in forward (backward only scales them). The rows are gathered
+    as early as is exact: the final norm and the last layer's MLP, norms, residual adds and
+    attention output projection run on them too; the layers before, on every row."""
     monkeypatch.setenv("ORTMODULE_SKIP_LOGITS", "1")
     g, _ = saved_graph(tmp_path, monkeypatch, make=llama)
     producer = {o: n for n in g.node for o in n.output}
     assert "SoftmaxCrossEntropyLoss" not in op_types(g)
     [fused] = [n for n in g.node if n.op_type == "LinearCrossEntropy"]
-    assert producer[fused.input[0]].op_type == "Gather"
+    # Its rows: the final norm's, computed on the gathered rows.
+    [x] = [v for v in g.value_info if v.name == fused.input[0]]
+    assert [d.dim_param.startswith("label_rows") or d.dim_value for d in x.type.tensor_type.shape.dim] == [True, 64]
     assert producer[fused.input[3]].op_type == "Gather"  # the valid labels
     assert fused.input[1] == "lm_head.weight"
     assert [o != "" for o in fused.output] == [True, True, True, False]  # loss, dX, dW, no bias
     backward = [n for n in g.node if set(n.input) & (set(fused.output[1:]) - {""})]
     assert {n.op_type for n in backward} == {"LossGradientScale"}
+    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in g.value_info}
+    forward = g.node[:list(g.node).index(fused)]
+    gemms = {w: n for n in forward for w in n.input if w.endswith("_proj.weight")}
+    mlp = ("gate_proj", "up_proj", "down_proj")
+    for layer, gathered in ((0, ()), (1, ("o_proj", *mlp))):
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj", *mlp):
+            gemm = gemms[f"model.layers.{layer}.{'mlp' if proj in mlp else 'self_attn'}.{proj}.weight"]
+            assert rank[gemm.input[0]] == (2 if proj in gathered else 3), (layer, proj)
 
 
 def _vocabulary_wide(g, vocab):

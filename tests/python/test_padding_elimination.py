@@ -99,12 +99,16 @@ def test_the_layers_run_on_the_kept_rows(tmp_path, monkeypatch):
     [embedding] = [n for n in g.node if n.op_type == "Embedding"]
     ids = producer[embedding.input[1]]
     assert ids.op_type == "PackRows" and ids.input[0] == "input_ids"
-    # Every projection of every layer (q, k, v, o, gate, up, down) reads packed rows.
+    # Every projection of every layer (q, k, v, o, gate, up, down) reads packed rows; but for the
+    # last layer's after attention, which label sparsity runs on the rows whose label counts.
     layer_gemms = [n for n in g.node if n.op_type in ("FusedMatMul", "MatMul") and "layers." in n.input[1]]
     assert len(layer_gemms) == 2 * 7
     for gemm in layer_gemms:
-        assert gemm.input[0].endswith("/packed"), gemm
-    # Padded back only where attention reads them (q, k, v per layer) and for the loss's gather.
+        last = gemm.input[1].startswith("model.layers.1.") and gemm.input[1].split(".")[-2] in (
+            "o_proj", "gate_proj", "up_proj", "down_proj")
+        assert gemm.input[0].endswith("/label_rows" if last else "/packed"), gemm
+    # Padded back only where attention reads them (q, k, v per layer) and for the loss's gather
+    # (of the residual entering the last layer; attention's output is read padded as it is).
     pads = [n for n in g.node if n.op_type == "PadRows"]
     assert len(pads) == 2 * 3 + 1
     [check] = [n for n in g.node if n.op_type == "PaddingMaskCheck"]

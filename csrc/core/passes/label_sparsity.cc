@@ -14,11 +14,24 @@
 // differentiates them, makes the full product's own GEMMs skip (kernels: absent gradients).
 // How many rows are valid is data (one host read per step). Fires only where the classes are many
 // (kLmHeadMinClasses: an LM head), where the gathers' O(N·H) is nothing beside the head's O(N·H·V).
+//
+// Then the gather moves back as far as is exact: past every node that acts row by row (rows.h:
+// the final norm, the last layer's MLP and residual adds, its attention's output projection)
+// whose results nothing else reads, so that those run on the valid rows too. Where a value such a
+// node reads is also read elsewhere (the residual stream entering the last layer, attention's
+// output before its projection), that value's valid rows are gathered instead. Where the full
+// product is computed anyway (returned logits) its input is read whole and nothing moves.
+#include <functional>
+#include <limits>
+#include <map>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "csrc/core/passes/pass.h"
 #include "csrc/core/ir/pattern.h"
 #include "csrc/core/passes/rewrite.h"
+#include "csrc/core/passes/rows.h"
 
 namespace torch_ort {
 namespace {
@@ -122,6 +135,134 @@ rewrite::Replacement gather_rows(Graph& g, const rewrite::Match& m, const Node& 
   return {std::move(rewritten), std::move(added)};  // the new nodes run just before the loss
 }
 
+// A Slice that keeps every element (the exporter's `logits[:, -0:]`, logits_to_keep = 0).
+bool keeps_everything(const Graph& g, const GraphIndex& idx, const Node& n) {
+  if (!is_onnx(n, "Slice") || !has_input(n, 1) || !has_input(n, 2)) return false;
+  const auto starts = constant_ints(g, idx, n.inputs[1]);
+  const auto ends = constant_ints(g, idx, n.inputs[2]);
+  const auto steps = has_input(n, 4) ? constant_ints(g, idx, n.inputs[4]) : std::vector<int64_t>{};
+  if (!starts || !ends || !steps || (has_input(n, 3) && !constant_ints(g, idx, n.inputs[3]))) return false;
+  for (int64_t v : *starts)
+    if (v != 0) return false;
+  for (int64_t v : *ends)
+    if (v < std::numeric_limits<int32_t>::max()) return false;
+  for (int64_t v : *steps)
+    if (v != 1) return false;
+  return g.value(n.inputs[0]).shape.same_as(g.value(n.outputs[0]).shape);
+}
+
+// Moves the gather of Flatten(X)'s rows (X: (B, T, c)) back past the row-wise nodes that make X
+// and whose results only they and the gather read; true when some moved. Those nodes are taken
+// from X backwards (a node joins once every reader of its results has), then run again on the
+// gathered rows of what they read from outside, (K, c) where they made (B, T, c); the nodes they
+// replace are left to dce.
+bool move_gather_back(Graph& g, NodeId at) {
+  const GraphIndex idx(g);
+  const Node& gather = g.nodes[at];
+  const NodeId flat_id = idx.producer[gather.inputs[0]];
+  if (flat_id < 0 || !is_onnx(g.nodes[flat_id], "Flatten") || !only_read_by(g, idx, gather.inputs[0], at))
+    return false;
+  const Node& flat = g.nodes[flat_id];
+  const ValueId x = flat.inputs[0];
+  const Shape& xs = g.value(x).shape;
+  if (!xs.rank_known || xs.rank() != 3 || flat.attrs.get_int("axis", 1) != 2 || !only_read_by(g, idx, x, flat_id))
+    return false;
+  const Dim b = xs.dims[0], t = xs.dims[1];
+  const auto is_rows = [&](ValueId v) {
+    const Shape& s = g.value(v).shape;
+    return s.rank_known && s.rank() == 3 && s.dims[0].same_as(b) && s.dims[1].same_as(t);
+  };
+  std::map<NodeId, std::vector<int>> moved;  // node -> the inputs it reads row by row
+  std::set<NodeId, std::greater<>> todo;      // readers first: every reader is decided before
+  if (idx.producer[x] >= 0) todo.insert(idx.producer[x]);
+  while (!todo.empty()) {
+    const NodeId i = *todo.begin();
+    todo.erase(todo.begin());
+    const Node& n = g.nodes[i];
+    bool only_moved_read = true;
+    for (ValueId v : n.outputs) {
+      if (v == kNoValue) continue;
+      only_moved_read &= !is_graph_output(g, v);
+      for (NodeId c : idx.consumers[v]) only_moved_read &= moved.count(c) || c == flat_id;
+    }
+    if (!only_moved_read) continue;
+    std::vector<int> rows;
+    if (keeps_everything(g, idx, n) && is_rows(n.outputs[0])) {
+      rows = {0};
+    } else if (auto in = row_inputs(g, idx, n, is_rows)) {
+      rows = std::move(in->rows);
+    } else {
+      continue;
+    }
+    for (int k : rows)
+      if (idx.producer[n.inputs[k]] >= 0) todo.insert(idx.producer[n.inputs[k]]);
+    moved.emplace(i, std::move(rows));
+  }
+  if (moved.empty()) return false;
+
+  const ValueId kept = gather.inputs[1];
+  // One count of rows for every moved value (an identifier: a symbol is kept as it is spelled).
+  const Dim k = Dim::symbolic("label_rows_" + std::to_string(kept));
+  const std::string base = gather.name;
+  std::vector<Node> added;
+  std::map<ValueId, ValueId> rows_of;  // a (B, T, c) value -> its gathered rows (K, c)
+  const auto gathered = [&](ValueId v) {
+    if (auto it = rows_of.find(v); it != rows_of.end()) return it->second;
+    const Value info = g.value(v);
+    const Dim c = info.shape.dims[2];
+    Attributes last;
+    last.set("axis", int64_t{2});
+    const ValueId f = g.new_value(info.name + "/flat", info.dtype, Shape::of({Dim{}, c}));
+    added.push_back(Node{"", "Flatten", g.unique_node_name(base + "/Flatten"), {v}, {f}, last});
+    Attributes first;
+    first.set("axis", int64_t{0});
+    const ValueId r = g.new_value(info.name + "/label_rows", info.dtype, Shape::of({k, c}));
+    added.push_back(Node{"", "Gather", g.unique_node_name(base + "/Gather"), {f, kept}, {r}, first});
+    return rows_of[v] = r;
+  };
+  for (const auto& [i, rows] : moved) {  // in the graph's order
+    Node n = g.nodes[i];
+    if (is_onnx(n, "Slice")) {  // keeps everything: its rows are its input's
+      rows_of[n.outputs[0]] = gathered(n.inputs[0]);
+      continue;
+    }
+    for (int r : rows) n.inputs[r] = gathered(n.inputs[r]);
+    for (ValueId& v : n.outputs) {
+      if (v == kNoValue) continue;
+      const Value info = g.value(v);
+      v = rows_of[v] = g.new_value(info.name + "/label_rows", info.dtype, Shape::of({k, info.shape.dims[2]}));
+    }
+    n.name = g.unique_node_name(n.name + "/label_rows");
+    added.push_back(std::move(n));
+  }
+  const ValueId from = gather.outputs[0], to = gathered(x);
+  for (Node& n : g.nodes)
+    for (ValueId& v : n.inputs)
+      if (v == from) v = to;
+  for (ValueId& v : g.outputs)
+    if (v == from) v = to;
+  g.nodes.insert(g.nodes.begin() + at, std::make_move_iterator(added.begin()), std::make_move_iterator(added.end()));
+  return true;
+}
+
+// The row gathers label_sparsity made (Gather(Flatten(X), LabelRows)), moved back where they can.
+bool move_gathers_back(Graph& g) {
+  make_dce_pass()->run(g);  // the product the loss no longer reads still reads X
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    const GraphIndex idx(g);
+    for (NodeId i = 0; i < static_cast<NodeId>(g.nodes.size()) && !again; ++i) {
+      const Node& n = g.nodes[i];
+      const Node* rows = is_onnx(n, "Gather") && n.attrs.get_int("axis", 0) == 0 && has_input(n, 1)
+                             ? producer(g, idx, n.inputs[1]) : nullptr;
+      if (rows && is_ours(*rows, "LabelRows") && move_gather_back(g, i)) again = changed = true;
+    }
+    if (again) make_dce_pass()->run(g);  // the nodes moved, as they were
+  }
+  return changed;
+}
+
 class LabelSparsity final : public Pass {
  public:
   std::string_view name() const override { return "label_sparsity"; }
@@ -131,7 +272,9 @@ class LabelSparsity final : public Pass {
     static const Rule kRule{"cross-entropy(rows of X·W) -> the same over the rows whose label counts",
                             where(cross_entropy).as("loss").at_least_these_inputs().in({loss_scores(), val("labels")}),
                             [](const Graph& g, const Match& m) { return classes(g, m).has_value(); }, gather_rows};
-    return rewrite::apply(g, {kRule});
+    if (!rewrite::apply(g, {kRule})) return false;
+    move_gathers_back(g);
+    return true;
   }
 };
 

@@ -29,6 +29,7 @@
 #include "csrc/core/ir/pattern.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
+#include "csrc/core/passes/rows.h"
 
 namespace torch_ort {
 namespace padding_elimination {
@@ -59,15 +60,6 @@ bool is_input(const Graph& g, ValueId v) { return std::find(g.inputs.begin(), g.
 bool is_integer(DType d) {
   return d == DType::kInt64 || d == DType::kInt32 || d == DType::kInt16 || d == DType::kInt8 ||
          d == DType::kUInt8 || d == DType::kBool;
-}
-
-// The op keeps each row apart and is elementwise (a FusedElementwise instruction, or one of ours
-// made of them), so it may run on packed rows or read padded ones.
-bool elementwise(const Node& n) {
-  if (is_random(n)) return false;
-  if (op_traits(n).fused != FusedInstr::kNone) return true;
-  return is_onnx(n, "Cast") || is_onnx(n, "Identity") || is_onnx(n, "Where") ||
-         is_ours(n, "FusedElementwise") || is_ours(n, "BiasGelu");
 }
 
 // The elementwise ops a padded value may pass through on its way to an Attention: the zeros of its
@@ -122,11 +114,6 @@ class Analysis {
     const Shape& s = g_.value(v).shape;
     return s.rank_known && s.rank() >= 2 && s.dims[0].same_as(plan_.batch) && s.dims[1].same_as(plan_.seq);
   }
-  // Read as it is by a row of a rank-r result: it varies along trailing dims only.
-  bool trailing(ValueId v, int64_t r) const {
-    const int64_t k = rank_of(g_, v);
-    return k >= 0 && k <= r - 2;
-  }
   // A value a packed node reads as its rows: packed, padded with B, T leading, or clean (B, T, ...).
   bool row_input(ValueId v) const {
     const Rows& r = rows_[v];
@@ -134,67 +121,29 @@ class Analysis {
     if (r.layout == Layout::kPadded) return !r.flat && r.b == 0 && r.t == 1 && leads_with_rows(v);
     return leads_with_rows(v);
   }
-  // Negative axes over trailing dims only, so the packed node keeps them as they are.
-  bool trailing_axes(const std::vector<int64_t>& axes, int64_t r) const {
-    return std::all_of(axes.begin(), axes.end(), [&](int64_t a) { return a < 0 && a >= -(r - 2); });
-  }
 
-  // The inputs the node reads as rows, where it may run on the counted rows: row-wise, every other
-  // input clean and read whole by each row, and at least one row input already in rows (or the
-  // embedding of the ids, where packing starts).
+  // The inputs the node reads as rows, where it may run on the counted rows: row-wise (rows.h),
+  // what it reads otherwise clean, and at least one row input already in rows (or the embedding
+  // of the ids, where packing starts).
   std::optional<std::vector<int>> row_inputs(const Node& n) const {
-    if (n.outputs.empty() || !has_input(n, 0)) return std::nullopt;
-    for (ValueId v : n.outputs)
-      if (v != kNoValue && !leads_with_rows(v)) return std::nullopt;
-    const int64_t r = rank_of(g_, n.outputs[0]);
-    std::vector<int> rows_at;
-    std::vector<int> any_at;  // read whole whatever its shape (a GEMM's weight, the embedding table)
     if (is_ours(n, "Embedding")) {
       // scale_grad_by_freq counts each id over every position: over the kept ones it would count fewer.
       if (n.inputs.size() != 2 || n.inputs[1] != plan_.ids || rows_[n.inputs[0]].layout != Layout::kClean ||
-          n.attrs.get_int("scale_grad_by_freq", 0) != 0)
+          n.outputs.empty() || !leads_with_rows(n.outputs[0]) || n.attrs.get_int("scale_grad_by_freq", 0) != 0)
         return std::nullopt;
       return std::vector<int>{1};
-    } else if (is_onnx(n, "MatMul") || is_ours(n, "FusedMatMul")) {
-      if (n.attrs.get_int("transA", 0) != 0 || !has_input(n, 1) || rank_of(g_, n.inputs[1]) != 2 ||
-          rank_of(g_, n.inputs[0]) < 3)
-        return std::nullopt;
-      rows_at = {0};
-      any_at = {1};
-    } else if (is_onnx(n, "ReduceMean") || is_onnx(n, "ReduceSum") || is_onnx(n, "ReduceMax")) {
-      if (!has_input(n, 1)) return std::nullopt;  // no axes: every dim
-      const auto axes = constant_ints(g_, idx_, n.inputs[1]);
-      if (!axes || axes->empty() || !trailing_axes(*axes, rank_of(g_, n.inputs[0]))) return std::nullopt;
-      rows_at = {0};
-      any_at = {1};
-    } else if (is_onnx(n, "Softmax") || is_onnx(n, "LayerNormalization")) {
-      // Softmax before opset 13 defaults to axis 1 and flattens what follows: rows mixed.
-      const auto opset = g_.opset_imports.find("");
-      if (is_onnx(n, "Softmax") && !n.attrs.has("axis") && (opset == g_.opset_imports.end() || opset->second < 13))
-        return std::nullopt;
-      if (!trailing_axes({n.attrs.get_int("axis", -1)}, r)) return std::nullopt;
-      rows_at = {0};
-    } else if (elementwise(n)) {
-      for (size_t k = 0; k < n.inputs.size(); ++k)
-        if (n.inputs[k] != kNoValue && rank_of(g_, n.inputs[k]) == r && row_input(n.inputs[k]))
-          rows_at.push_back(static_cast<int>(k));
-    } else {
-      return std::nullopt;
     }
+    // Outputs are not placed yet (clean): row_input is leads_with_rows for them.
+    auto in = torch_ort::row_inputs(g_, idx_, n, [this](ValueId v) { return row_input(v); });
+    if (!in) return std::nullopt;
     bool starts = false;
-    for (int k : rows_at) {
-      if (!has_input(n, k) || !row_input(n.inputs[k])) return std::nullopt;
-      starts |= rows_[n.inputs[k]].layout != Layout::kClean;
-    }
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const ValueId v = n.inputs[k];
-      const int ki = static_cast<int>(k);
-      if (v == kNoValue || std::count(rows_at.begin(), rows_at.end(), ki)) continue;
-      if (rows_[v].layout != Layout::kClean) return std::nullopt;
-      if (!std::count(any_at.begin(), any_at.end(), ki) && !trailing(v, r)) return std::nullopt;
-    }
+    for (int k : in->rows) starts |= rows_[n.inputs[k]].layout != Layout::kClean;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != kNoValue && !std::count(in->rows.begin(), in->rows.end(), static_cast<int>(k)) &&
+          rows_[n.inputs[k]].layout != Layout::kClean)
+        return std::nullopt;
     if (!starts) return std::nullopt;
-    return rows_at;
+    return std::move(in->rows);
   }
 
   void set(ValueId v, Rows r) {
