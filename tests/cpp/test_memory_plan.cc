@@ -378,6 +378,20 @@ TEST(MemorySymbols, BindingNamesAndFormulas) {
   EXPECT_EQ(format_bytes_formula(SymExpr::constant(0), names), "0");
 }
 
+TEST(MemorySymbols, RowsSelectedFromDataAreBoundToTheirMost) {
+  GraphBuilder b;
+  const ValueId labels = b.input("labels", "[n]", DType::kInt64);
+  const ValueId mask = b.input("attention_mask", "[s0,s1]", DType::kInt64);
+  const ValueId ids = b.input("input_ids", "[s0,s1]", DType::kInt64);
+  b.node("LabelRows", {labels}, {}, 1, kOurDomain, {"[label_rows_7]"});
+  b.node("PaddingRows", {mask, ids}, {}, 1, kOurDomain, {"[padding_rows]"});
+  b.node("LabelRows", {labels}, {}, 1, kOurDomain, {"[?]"});  // no symbol: nothing to bind
+  const auto env = binding_of(b.g, {{12}, {2, 5}, {2, 5}});
+  EXPECT_EQ(env, (std::map<std::string, int64_t>{
+                     {"n", 12}, {"s0", 2}, {"s1", 5}, {"label_rows_7", 12}, {"padding_rows", 10}}))
+      << "every label counted, every position kept: the most the step can hold";
+}
+
 TEST(MemoryPeak, UnboundSymbolOrUnknownSizeIsIncomplete) {
   MemoryTimeline t;
   t.forward_live = {SymExpr::parse("4*a"), SymExpr::parse("4*a + 8*b")};

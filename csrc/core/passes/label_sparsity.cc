@@ -201,8 +201,10 @@ bool move_gather_back(Graph& g, NodeId at) {
   if (moved.empty()) return false;
 
   const ValueId kept = gather.inputs[1];
-  // One count of rows for every moved value (an identifier: a symbol is kept as it is spelled).
+  // One count of rows for every moved value and the rows themselves (an identifier: a symbol is
+  // kept as it is spelled; the memory estimate bounds it by the labels' count).
   const Dim k = Dim::symbolic("label_rows_" + std::to_string(kept));
+  g.value(kept).shape = Shape::of({k});
   const std::string base = gather.name;
   std::vector<Node> added;
   std::map<ValueId, ValueId> rows_of;  // a (B, T, c) value -> its gathered rows (K, c)

@@ -227,6 +227,20 @@ std::map<std::string, int64_t> binding_of(const Graph& g,
     for (size_t k = 0; k < s.dims.size() && k < sizes[i].size(); ++k)
       if (std::string sym = plain_symbol(s.dims[k]); !sym.empty()) env.emplace(sym, sizes[i][k]);
   }
+  // How many rows a step selects (LabelRows: the labels that count; PaddingRows: the positions
+  // that do) is data. Bound to its most, every element of what the rows are selected from, so
+  // that a prediction made before the step never counts less than the step holds.
+  for (const Node& n : g.nodes) {
+    if (n.domain != kOurDomain || (n.op_type != "LabelRows" && n.op_type != "PaddingRows") || n.inputs.empty() ||
+        n.outputs.empty() || n.outputs[0] == kNoValue)
+      continue;
+    const Shape& rows = g.value(n.outputs[0]).shape;
+    const std::string sym = rows.rank_known && rows.rank() == 1 ? plain_symbol(rows.dims[0]) : std::string();
+    const DType from = g.value(n.inputs[0]).dtype;
+    SymExpr bytes;
+    if (sym.empty() || env.count(sym) || dtype_size(from) <= 0 || !value_bytes(g, n.inputs[0], &bytes)) continue;
+    if (const auto b = bytes.evaluate(env)) env.emplace(sym, *b / dtype_size(from));
+  }
   return env;
 }
 
