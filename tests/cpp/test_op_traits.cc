@@ -93,6 +93,11 @@ TEST(OpTraits, OpaqueOpsRunCodeWeDoNotControl) {
             both(ours({"ATenOp", "ATenOpGrad", "PythonOp"}), {"org.pytorch.aten::ATen"}));
 }
 
+// planner/memory.cc bounds their row counts by their input 0's elements.
+TEST(OpTraits, OpsThatSelectRowsByData) {
+  EXPECT_EQ(ops_where([](const OpTraits& t) { return t.selects_rows; }), ours({"LabelRows", "PaddingRows"}));
+}
+
 TEST(OpTraits, NothingRandomIsRecomputable) {
   EXPECT_TRUE(ops_where([](const OpTraits& t) { return t.random && t.recomputable; }).empty());
 }

@@ -95,6 +95,9 @@ struct OpTraits {
   // required, per the code that emits the node and the kernel that reads it; verify() holds every
   // node to it (ir/op_arity.h). ONNX ops get theirs from onnx's schemas, never here.
   std::optional<OpArity> arity = {};
+  // Output 0 lists rows the data chooses among input 0's elements (LabelRows, PaddingRows): at
+  // most that many, so the memory estimate made before a step bounds the count by it.
+  bool selects_rows = false;
 
   // Hooks for what depends on the node, not only on the op (each null for most ops):
   // output k's dtype from an attribute or another input (Cast's `to`, Where's data); kUndefined

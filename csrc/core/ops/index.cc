@@ -16,11 +16,13 @@ std::vector<OpEntry> index_ops() {
       {"", "NonZero", {.output_dtypes = {DType::kInt64}}},
       {"", "OneHot", {.host_inputs = {1}}},  // depth
       // (labels) -> the positions whose label is not ignore_index (passes/label_sparsity.cc)
-      {kOurDomain, "LabelRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{1, 1, 1, 1}}},
+      {kOurDomain, "LabelRows",
+       {.output_dtypes = {DType::kInt64}, .arity = OpArity{1, 1, 1, 1}, .selects_rows = true}},
       // Padding elimination (passes/padding_elimination.cc): (mask, ids[, labels]) -> the rows (b·T + t)
       // that count; (X, rows) -> X's (B, T) rows taken; (X, rows, shape) -> zeros of (B, T, ...) with
       // X's rows put back; (mask, rows, ids) -> the mask, checked.
-      {kOurDomain, "PaddingRows", {.output_dtypes = {DType::kInt64}, .arity = OpArity{2, 3, 1, 1}}},
+      {kOurDomain, "PaddingRows",
+       {.output_dtypes = {DType::kInt64}, .arity = OpArity{2, 3, 1, 1}, .selects_rows = true}},
       {kOurDomain, "PackRows", {.arity = OpArity{2, 2, 1, 1}}},
       {kOurDomain, "PadRows", {.host_inputs = {2}, .arity = OpArity{3, 3, 1, 1}}},  // shape
       {kOurDomain, "PaddingMaskCheck", {.view = ViewRule::kInput0, .arity = OpArity{3, 3, 1, 1}}},

@@ -15,6 +15,7 @@
 
 #include "csrc/core/ir/errors.h"
 #include "csrc/core/ir/limits.h"
+#include "csrc/core/ir/op_traits.h"
 
 namespace torch_ort {
 
@@ -227,13 +228,11 @@ std::map<std::string, int64_t> binding_of(const Graph& g,
     for (size_t k = 0; k < s.dims.size() && k < sizes[i].size(); ++k)
       if (std::string sym = plain_symbol(s.dims[k]); !sym.empty()) env.emplace(sym, sizes[i][k]);
   }
-  // How many rows a step selects (LabelRows: the labels that count; PaddingRows: the positions
+  // How many rows a step selects (OpTraits::selects_rows: the labels that count, the positions
   // that do) is data. Bound to its most, every element of what the rows are selected from, so
   // that a prediction made before the step never counts less than the step holds.
   for (const Node& n : g.nodes) {
-    if (n.domain != kOurDomain || (n.op_type != "LabelRows" && n.op_type != "PaddingRows") || n.inputs.empty() ||
-        n.outputs.empty() || n.outputs[0] == kNoValue)
-      continue;
+    if (!op_traits(n).selects_rows || n.inputs.empty() || n.outputs.empty() || n.outputs[0] == kNoValue) continue;
     const Shape& rows = g.value(n.outputs[0]).shape;
     const std::string sym = rows.rank_known && rows.rank() == 1 ? plain_symbol(rows.dims[0]) : std::string();
     const DType from = g.value(n.inputs[0]).dtype;

@@ -110,7 +110,7 @@ PeakEstimate evaluate_peak(const MemoryTimeline& t, const std::map<std::string, 
                            const std::map<std::string, std::string>& names = {});
 
 // Binds the symbols of the graph inputs' dims to a call's sizes (first occurrence wins); `sizes`
-// has one entry per graph input. A count of rows selected from data (LabelRows, PaddingRows) is
+// has one entry per graph input. A count of rows selected from data (OpTraits::selects_rows) is
 // bound to its most: the element count of what they are selected from.
 std::map<std::string, int64_t> binding_of(const Graph& g,
                                           const std::vector<std::vector<int64_t>>& sizes);
