@@ -1,5 +1,6 @@
 #include "csrc/runtime/buffer_pool.h"
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -20,11 +21,11 @@ BufferPool& BufferPool::process() {
 
 BufferPool::~BufferPool() { release_idle(); }
 
-at::Tensor BufferPool::empty(c10::IntArrayRef sizes, const at::TensorOptions& options) {
+at::Tensor BufferPool::empty(c10::IntArrayRef sizes, const at::TensorOptions& options, int64_t min_bytes) {
   const bool cpu = !options.has_device() || options.device().is_cpu();
   int64_t nbytes = static_cast<int64_t>(options.dtype().itemsize());
   for (int64_t s : sizes) nbytes *= s;
-  if (!cpu || nbytes < kMinBytes || !enabled()) return at::empty(sizes, options);
+  if (!cpu || nbytes < std::max(min_bytes, kMinBytes) || !enabled()) return at::empty(sizes, options);
   void* ptr = nullptr;
   int64_t capacity = nbytes;
   {

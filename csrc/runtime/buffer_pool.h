@@ -3,7 +3,8 @@
 // vocabulary-sized buffers again (a 256 MiB gradient: ~70 ms here, more than writing it; a 32 MB
 // chunk of logits made the copy into it five times slower). The kernels that make such buffers
 // (the fused LM head's chunk of logits and dW, an embedding's dense gradient) take them from this
-// pool when they are 1 MiB or more:
+// pool when they are 1 MiB or more, and the GEMMs their products when they are kMappedBytes or
+// more (returned logits: 2 GiB at a 128k vocabulary):
 // a released buffer (a gradient the optimizer dropped with zero_grad, a chunk the step is done
 // with) goes back to the pool instead of to the system, and the next request of its size, or up
 // to a third smaller, gets it. A buffer idle through one whole forward call is given back to the
@@ -26,13 +27,17 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // Requests below this many bytes are left to malloc, which keeps them in its heap.
   static constexpr int64_t kMinBytes = int64_t{1} << 20;
+  // glibc's largest mmap threshold: a request this large is mapped afresh every time, however the
+  // threshold has adapted; below it, a size the process keeps freeing is served from malloc's heap.
+  static constexpr int64_t kMappedBytes = int64_t{32} << 20;
 
   static BufferPool& process();  // the one every kernel uses
   ~BufferPool();
 
-  // An uninitialized contiguous CPU tensor: from the pool when large, CPU and enabled; else
-  // at::empty. Its storage returns to the pool when the last tensor using it is released.
-  at::Tensor empty(c10::IntArrayRef sizes, const at::TensorOptions& options);
+  // An uninitialized contiguous CPU tensor: from the pool when of min_bytes or more, CPU and
+  // enabled; else at::empty. Its storage returns to the pool when the last tensor using it is
+  // released.
+  at::Tensor empty(c10::IntArrayRef sizes, const at::TensorOptions& options, int64_t min_bytes = kMinBytes);
   // Gives back to the system every buffer that stayed idle since the previous mark.
   void mark();
   void release_idle();  // every idle buffer, now

@@ -63,4 +63,11 @@ inline at::Tensor accumulator(const KernelCtx& c, int i, c10::IntArrayRef shape,
 at::Tensor absent_gradient(c10::IntArrayRef sizes, const at::TensorOptions& options);
 bool is_absent_gradient(const at::Tensor& t);
 
+// The 2-D products alpha·A·B and beta·C + alpha·A·B (C broadcast) in a new tensor, as at::mm and
+// at::addmm make them, but one of BufferPool::kMappedBytes or more (the logits of a
+// vocabulary-sized head) comes from the CPU buffer pool: its page faults cost a fifth of the GEMM
+// when glibc maps it afresh each step (linalg.cc).
+at::Tensor product(const at::Tensor& a, const at::Tensor& b, double alpha = 1.0);
+at::Tensor product_plus(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha);
+
 }  // namespace torch_ort::kernels

@@ -1,15 +1,14 @@
 // Our FusedMatMul: Y = alpha·A'·B' + bias in one GEMM call, A' = transA ? A with its two innermost
 // dims swapped : A (B' likewise). The transposes are strided views, never copies; a batched A
 // times a 2-D B is one addmm over the flattened rows (a view of a contiguous A), with the bias
-// added by the BLAS epilogue as eager F.linear does. A product with an absent gradient (the zero
+// added by the BLAS epilogue as eager F.linear does; a product as large as an LM head's logits is
+// written into a buffer from the CPU pool (common.h). A product with an absent gradient (the zero
 // of an output nobody differentiated, common.h) and no bias is absent too: no GEMM over zeros.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/addmm.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/matmul.h>
-#include <ATen/ops/mm.h>
 
 #include "csrc/runtime/kernels/common.h"
 
@@ -71,10 +70,9 @@ void fused_matmul_kernel(KernelCtx& c) {
       if (bias.dim() > 0)
         bias2 = bias.numel() == bias.size(-1) ? bias.reshape({bias.size(-1)})
                                               : bias.expand(ys).reshape({-1, ys.back()});
-      y2 = at::addmm(bias2, a2, b, 1.0, alpha);
+      y2 = product_plus(bias2, a2, b, 1.0, alpha);
     } else {
-      y2 = at::mm(a2, b);
-      if (alpha != 1.0) y2.mul_(alpha);  // in place: y2 is ours
+      y2 = product(a2, b, alpha);
     }
     c.set_output(0, a.dim() == 2 ? y2 : y2.view(ys));
     return;

@@ -3,14 +3,39 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/einsum.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/linalg_det.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/mul.h>
 
+#include "csrc/runtime/buffer_pool.h"
 #include "csrc/runtime/kernels/common.h"
 
 namespace torch_ort::kernels {
+
+namespace {
+
+// The (M, N) result of A·B, from the pool when it is mapped-allocation large (common.h). Sizes
+// that do not chain (M, K)·(K, N) get plain at::empty: the BLAS call names the mismatch.
+at::Tensor product_buffer(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.size(1) != b.size(0) || a.scalar_type() != b.scalar_type())
+    return at::empty({0}, a.options());
+  return BufferPool::process().empty({a.size(0), b.size(1)}, a.options(), BufferPool::kMappedBytes);
+}
+
+}  // namespace
+
+at::Tensor product(const at::Tensor& a, const at::Tensor& b, double alpha) {
+  at::Tensor y = product_buffer(a, b);
+  at::mm_out(y, a, b);
+  return alpha == 1.0 ? y : y.mul_(alpha);  // scaled after the product, as ONNX's reference rounds
+}
+
+at::Tensor product_plus(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
+  at::Tensor y = product_buffer(a, b);
+  return at::addmm_out(y, c, a, b, beta, alpha);
+}
+
 namespace {
 
 void matmul_kernel(KernelCtx& c) { c.set_output(0, at::matmul(c.input(0), c.input(1))); }
@@ -34,13 +59,8 @@ void gemm_kernel(KernelCtx& c) {
       c.fail("inner dimensions differ: " + c10::str(a.sizes()) + " · " + c10::str(b.sizes()));
     return c.set_output(0, absent_gradient({a.size(0), b.size(1)}, a.options()));
   }
-  if (has_c) {
-    // addmm broadcasts C to (M, N) itself and fuses the scaling into the BLAS call.
-    c.set_output(0, at::addmm(c.input(2), a, b, beta, alpha));
-    return;
-  }
-  at::Tensor y = at::mm(a, b);
-  c.set_output(0, alpha == 1.0 ? y : at::mul(y, alpha));
+  // addmm broadcasts C to (M, N) itself and fuses the scaling into the BLAS call.
+  c.set_output(0, has_c ? product_plus(c.input(2), a, b, beta, alpha) : product(a, b, alpha));
 }
 
 // Einsum(inputs...; equation): ATen reads ONNX's equation language (explicit "->" or implicit
