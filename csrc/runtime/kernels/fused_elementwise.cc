@@ -208,11 +208,28 @@ void dispatch(Op op, const F& f) {
 }
 
 // ---- operands at run time
-enum class Kind { kFull, kRow, kScalar };
+// kRows: the output's shape as rows of its last dim, `ld` floats apart (a Split's half of a
+// fused gate/up projection) — read in place instead of copied whole.
+enum class Kind { kFull, kRow, kScalar, kRows };
 struct Operand {
   Kind kind;
-  const float* data;  // fp32 contiguous
+  const float* data;  // fp32, contiguous but for kRows' row stride
+  int64_t ld = 0;
 };
+
+// The row stride of t read as (rows, last dim) with contiguous rows, or 0 when it is not such a
+// view (its leading dims do not collapse into one stride).
+int64_t row_stride(const at::Tensor& t) {
+  if (t.dim() < 2 || t.stride(-1) != 1) return 0;
+  int64_t ld = 0, step = 0;  // the rows' stride; the stride the next dim out must have
+  for (int64_t i = t.dim() - 2; i >= 0; --i) {
+    if (t.size(i) == 1) continue;
+    if (ld == 0) ld = t.stride(i);
+    else if (t.stride(i) != step) return 0;
+    step = t.stride(i) * t.size(i);
+  }
+  return ld >= t.size(-1) ? ld : 0;
+}
 
 // Shape of the broadcast of every input.
 std::vector<int64_t> out_shape(const KernelCtx& c, const std::vector<at::Tensor>& ins) {
@@ -234,6 +251,13 @@ std::vector<at::Tensor> tile_inputs(const std::vector<at::Tensor>& ins, at::IntA
   const int64_t c = out.empty() ? 1 : out.back();
   std::vector<at::Tensor> keep;
   for (const at::Tensor& t : ins) {
+    if (t.sizes() == out && !t.is_contiguous()) {
+      if (const int64_t ld = row_stride(t)) {
+        keep.push_back(t);
+        ops.push_back({Kind::kRows, t.data_ptr<float>(), ld});
+        continue;
+      }
+    }
     at::Tensor f = t.contiguous();
     Kind k;
     if (t.sizes() == out) {
@@ -265,6 +289,16 @@ const float* fetch(const Program& p, const std::vector<Operand>& ins, const std:
   if (in.kind == Kind::kFull) return in.data + begin;
   if (in.kind == Kind::kScalar) {
     std::fill(stage, stage + n, in.data[0]);
+    return stage;
+  }
+  if (in.kind == Kind::kRows) {
+    int64_t r = begin / c, k = begin % c;
+    if (k + n <= c) return in.data + r * in.ld + k;  // inside one row
+    for (int64_t j = 0; j < n; k = 0, ++r) {
+      const int64_t m = std::min(n - j, c - k);
+      std::copy(in.data + r * in.ld + k, in.data + r * in.ld + k + m, stage + j);
+      j += m;
+    }
     return stage;
   }
   int64_t k = begin % c;
