@@ -141,3 +141,60 @@ def test_backward_runs_the_backend_forward_chose(strict, name):
 
 
 # Parity with the pass disabled: test_pass_parity.py (every pass, every zoo model).
+
+
+class MaskedAttention(torch.nn.Module):
+    """SDPA under a mask given as a tensor (Hugging Face materialises its causal mask so under
+    export): `kind` "causal" hides the keys after each query with finfo.min, "causal_inf" with
+    -inf, "padded" also hides the last three keys of the second sequence."""
+
+    def __init__(self, kind, width=32, heads=4):
+        super().__init__()
+        self.kind, self.heads = kind, heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        b, t, w = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(x).chunk(3, dim=-1))
+        hidden = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1).expand(b, 1, t, t)
+        if self.kind == "padded":
+            pad = torch.zeros(b, 1, 1, t, dtype=torch.bool, device=x.device)
+            pad[1, ..., t - 3:] = True
+            hidden = hidden | pad
+        low = float("-inf") if self.kind == "causal_inf" else torch.finfo(x.dtype).min
+        mask = torch.zeros(b, 1, t, t, dtype=x.dtype, device=x.device).masked_fill(hidden, low)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(b, t, w))
+
+
+@pytest.mark.parametrize("kind", ["causal", "causal_inf", "padded"])
+def test_a_mask_that_hides_only_the_future_runs_as_causal(strict, kind):
+    """A mask tensor that hides exactly the later keys runs the kernel's causal form, no mask
+    added (the blocks above the diagonal skipped, as eager's is_causal); any other mask is added
+    as it is. Either way forward and gradients match eager's over three steps."""
+    torch.manual_seed(0)
+    eager = MaskedAttention(kind)
+    ours = ORTModule(copy.deepcopy(eager))
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        x = torch.randn(2, 12, 32, generator=gen)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            y = ours(x)
+            (y * y).mean().backward()
+        ye = eager(x)
+        (ye * ye).mean().backward()
+        torch.testing.assert_close(y, ye, rtol=1e-5, atol=1e-6, msg=lambda m: f"step {step}: {m}")
+        for (n, p), e in zip(ours.module.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step} {n}: {m}")
+        for opt in (opt_e, opt_o):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert ours.stats()["fallback"] is None
+    assert sum(n.op_type == "Attention" for n in forward_ops(ours)) == 1
+    calls = [e for e in prof.events() if e.name.startswith("aten::_scaled_dot_product_flash_attention_for_cpu")]
+    assert len(calls) == 2, [e.name for e in calls]  # forward and backward, both flash
+    masks = {tuple(e.input_shapes[5] if "backward" not in e.name else e.input_shapes[8]) for e in calls}
+    assert masks == ({()} if kind != "padded" else {(2, 1, 12, 12)}), masks

@@ -20,6 +20,7 @@
 #include <optional>
 #include <tuple>
 
+#include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/core/Tensor.h>
@@ -49,6 +50,35 @@ namespace {
 
 using namespace attention;
 
+// Whether an additive (B|1, H|1, L, S) mask hides exactly the keys after each query: 0 on and
+// below the diagonal, -1e30 or less above it, in every batch and head. That is causal attention,
+// which the fused kernels run by skipping the hidden blocks instead of adding the mask to them —
+// what eager SDPA runs when Hugging Face passes is_causal instead of the mask it materialises
+// under export. The mask is read on the host, so only a CPU mask is examined (a device one would
+// cost a synchronisation); the scan stops at the first entry that differs.
+bool hides_only_the_future(const at::Tensor& m) {
+  if (!m.is_cpu() || m.dim() != 4) return false;
+  const int64_t rows = m.size(2), cols = m.size(3);
+  bool causal = true;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, m.scalar_type(), "hides_only_the_future", [&] {
+    for (int64_t b = 0; causal && b < (m.stride(0) == 0 ? 1 : m.size(0)); ++b)
+      for (int64_t h = 0; causal && h < (m.stride(1) == 0 ? 1 : m.size(1)); ++h) {
+        const at::Tensor slice = m.select(0, b).select(0, h);
+        const scalar_t* p = slice.const_data_ptr<scalar_t>();
+        const int64_t rs = slice.stride(0), cs = slice.stride(1);
+        for (int64_t i = 0; causal && i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) {
+            const float v = static_cast<float>(p[i * rs + j * cs]);
+            if (j <= i ? v != 0.0f : !(v <= -1e30f)) {
+              causal = false;
+              break;
+            }
+          }
+      }
+  });
+  return causal;
+}
+
 AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
   AttnArgs a{c.input(first), c.input(first + 1), c.input(first + 2), std::nullopt,
              c.attrs.get_int("causal", 0) != 0, std::nullopt};
@@ -77,7 +107,11 @@ AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
       if (m.size(d) != 1 && m.size(d) != want[d])
         c.fail("the mask of shape " + c10::str(c.input(mask_at).sizes()) + " does not broadcast to the scores " +
                c10::str(c10::IntArrayRef(want)));
-    a.mask = m.scalar_type() == a.q.scalar_type() ? m : m.to(a.q.scalar_type());
+    if (hides_only_the_future(m)) {
+      a.causal = true;  // the mask dropped: the same scores, without the hidden blocks
+    } else {
+      a.mask = m.scalar_type() == a.q.scalar_type() ? m : m.to(a.q.scalar_type());
+    }
   }
   return a;
 }
