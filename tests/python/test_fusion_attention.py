@@ -146,7 +146,9 @@ def test_backward_runs_the_backend_forward_chose(strict, name):
 class MaskedAttention(torch.nn.Module):
     """SDPA under a mask given as a tensor (Hugging Face materialises its causal mask so under
     export): `kind` "causal" hides the keys after each query with finfo.min, "causal_inf" with
-    -inf, "padded" also hides the last three keys of the second sequence."""
+    -inf, "padded" also hides the last three keys of the second sequence; "first_key" is a
+    (B, 1, 1, S) mask that hides every key but the first from every query, "no_key" a (T, 1) zero
+    mask: broadcast, neither hides only the future."""
 
     def __init__(self, kind, width=32, heads=4):
         super().__init__()
@@ -157,6 +159,14 @@ class MaskedAttention(torch.nn.Module):
     def forward(self, x):
         b, t, w = x.shape
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(x).chunk(3, dim=-1))
+        if self.kind in ("first_key", "no_key"):
+            hidden = torch.ones(b, 1, 1, t, dtype=torch.bool, device=x.device)
+            hidden[..., 0] = False
+            mask = torch.zeros(b, 1, 1, t, dtype=x.dtype, device=x.device).masked_fill(hidden, torch.finfo(x.dtype).min)
+            if self.kind == "no_key":
+                mask = torch.zeros(t, 1, dtype=x.dtype, device=x.device)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.out(y.transpose(1, 2).reshape(b, t, w))
         hidden = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1).expand(b, 1, t, t)
         if self.kind == "padded":
             pad = torch.zeros(b, 1, 1, t, dtype=torch.bool, device=x.device)
@@ -168,7 +178,7 @@ class MaskedAttention(torch.nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, w))
 
 
-@pytest.mark.parametrize("kind", ["causal", "causal_inf", "padded"])
+@pytest.mark.parametrize("kind", ["causal", "causal_inf", "padded", "first_key", "no_key"])
 def test_a_mask_that_hides_only_the_future_runs_as_causal(strict, kind):
     """A mask tensor that hides exactly the later keys runs the kernel's causal form, no mask
     added (the blocks above the diagonal skipped, as eager's is_causal); any other mask is added
@@ -197,4 +207,4 @@ def test_a_mask_that_hides_only_the_future_runs_as_causal(strict, kind):
     calls = [e for e in prof.events() if e.name.startswith("aten::_scaled_dot_product_flash_attention_for_cpu")]
     assert len(calls) == 2, [e.name for e in calls]  # forward and backward, both flash
     masks = {tuple(e.input_shapes[5] if "backward" not in e.name else e.input_shapes[8]) for e in calls}
-    assert masks == ({()} if kind != "padded" else {(2, 1, 12, 12)}), masks
+    assert (masks == {()}) == kind.startswith("causal"), masks

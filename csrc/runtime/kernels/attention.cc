@@ -50,15 +50,15 @@ namespace {
 
 using namespace attention;
 
-// Whether an additive (B|1, H|1, L, S) mask hides exactly the keys after each query: 0 on and
+// Whether an additive (B|1, H|1, L, S) mask — every query's row and every key's column of its
+// own, none broadcast — hides exactly the keys after each query: 0 on and
 // below the diagonal, -1e30 or less above it, in every batch and head. That is causal attention,
 // which the fused kernels run by skipping the hidden blocks instead of adding the mask to them —
 // what eager SDPA runs when Hugging Face passes is_causal instead of the mask it materialises
 // under export. The mask is read on the host, so only a CPU mask is examined (a device one would
 // cost a synchronisation); the scan stops at the first entry that differs.
-bool hides_only_the_future(const at::Tensor& m) {
-  if (!m.is_cpu() || m.dim() != 4) return false;
-  const int64_t rows = m.size(2), cols = m.size(3);
+bool hides_only_the_future(const at::Tensor& m, int64_t rows, int64_t cols) {
+  if (!m.is_cpu() || m.dim() != 4 || m.size(2) != rows || m.size(3) != cols) return false;
   bool causal = true;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, m.scalar_type(), "hides_only_the_future", [&] {
     for (int64_t b = 0; causal && b < (m.stride(0) == 0 ? 1 : m.size(0)); ++b)
@@ -107,7 +107,7 @@ AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
       if (m.size(d) != 1 && m.size(d) != want[d])
         c.fail("the mask of shape " + c10::str(c.input(mask_at).sizes()) + " does not broadcast to the scores " +
                c10::str(c10::IntArrayRef(want)));
-    if (hides_only_the_future(m)) {
+    if (hides_only_the_future(m, a.q.size(2), a.k.size(2))) {
       a.causal = true;  // the mask dropped: the same scores, without the hidden blocks
     } else {
       a.mask = m.scalar_type() == a.q.scalar_type() ? m : m.to(a.q.scalar_type());
