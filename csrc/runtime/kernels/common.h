@@ -67,7 +67,7 @@ bool is_absent_gradient(const at::Tensor& t);
 // at::addmm make them, but one of BufferPool::kMappedBytes or more (the logits of a
 // vocabulary-sized head) comes from the CPU buffer pool: its page faults cost a fifth of the GEMM
 // when glibc maps it afresh each step (linalg.cc).
-at::Tensor product(const at::Tensor& a, const at::Tensor& b, double alpha = 1.0);
-at::Tensor product_plus(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha);
+at::Tensor pooled_mm(const at::Tensor& a, const at::Tensor& b, double alpha = 1.0);
+at::Tensor pooled_addmm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha);
 
 }  // namespace torch_ort::kernels

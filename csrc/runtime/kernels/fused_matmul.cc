@@ -70,9 +70,9 @@ void fused_matmul_kernel(KernelCtx& c) {
       if (bias.dim() > 0)
         bias2 = bias.numel() == bias.size(-1) ? bias.reshape({bias.size(-1)})
                                               : bias.expand(ys).reshape({-1, ys.back()});
-      y2 = product_plus(bias2, a2, b, 1.0, alpha);
+      y2 = pooled_addmm(bias2, a2, b, 1.0, alpha);
     } else {
-      y2 = product(a2, b, alpha);
+      y2 = pooled_mm(a2, b, alpha);
     }
     c.set_output(0, a.dim() == 2 ? y2 : y2.view(ys));
     return;

@@ -25,13 +25,13 @@ at::Tensor product_buffer(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-at::Tensor product(const at::Tensor& a, const at::Tensor& b, double alpha) {
+at::Tensor pooled_mm(const at::Tensor& a, const at::Tensor& b, double alpha) {
   at::Tensor y = product_buffer(a, b);
   at::mm_out(y, a, b);
   return alpha == 1.0 ? y : y.mul_(alpha);  // scaled after the product, as ONNX's reference rounds
 }
 
-at::Tensor product_plus(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
+at::Tensor pooled_addmm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
   at::Tensor y = product_buffer(a, b);
   return at::addmm_out(y, c, a, b, beta, alpha);
 }
@@ -60,7 +60,7 @@ void gemm_kernel(KernelCtx& c) {
     return c.set_output(0, absent_gradient({a.size(0), b.size(1)}, a.options()));
   }
   // addmm broadcasts C to (M, N) itself and fuses the scaling into the BLAS call.
-  c.set_output(0, has_c ? product_plus(c.input(2), a, b, beta, alpha) : product(a, b, alpha));
+  c.set_output(0, has_c ? pooled_addmm(c.input(2), a, b, beta, alpha) : pooled_mm(a, b, alpha));
 }
 
 // Einsum(inputs...; equation): ATen reads ONNX's equation language (explicit "->" or implicit
