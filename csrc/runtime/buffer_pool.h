@@ -27,8 +27,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // Requests below this many bytes are left to malloc, which keeps them in its heap.
   static constexpr int64_t kMinBytes = int64_t{1} << 20;
-  // glibc's largest mmap threshold: a request this large is mapped afresh every time, however the
-  // threshold has adapted; below it, a size the process keeps freeing is served from malloc's heap.
+  // glibc's largest mmap threshold: a request this large is mapped afresh every time, however far
+  // the threshold has adapted.
   static constexpr int64_t kMappedBytes = int64_t{32} << 20;
 
   static BufferPool& process();  // the one every kernel uses

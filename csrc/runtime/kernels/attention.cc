@@ -50,13 +50,13 @@ namespace {
 
 using namespace attention;
 
-// Whether an additive (B|1, H|1, L, S) mask — every query's row and every key's column of its
-// own, none broadcast — hides exactly the keys after each query: 0 on and
-// below the diagonal, -1e30 or less above it, in every batch and head. That is causal attention,
-// which the fused kernels run by skipping the hidden blocks instead of adding the mask to them —
-// what eager SDPA runs when Hugging Face passes is_causal instead of the mask it materialises
-// under export. The mask is read on the host, so only a CPU mask is examined (a device one would
-// cost a synchronisation); the scan stops at the first entry that differs.
+// Whether an additive (B|1, H|1, L, S) mask, with a row per query and a column per key (neither
+// broadcast), hides exactly the keys after each query: 0 on and below the diagonal, -1e30 or less
+// above it, in every batch and head. That is causal attention, which the fused kernels run by
+// skipping the hidden blocks instead of adding the mask to them: what eager SDPA runs when Hugging
+// Face passes is_causal instead of the mask it materialises under export. The mask is read on the
+// host, so only a CPU mask is examined (a device one would cost a synchronisation); the scan stops
+// at the first entry that differs.
 bool hides_only_the_future(const at::Tensor& m, int64_t rows, int64_t cols) {
   if (!m.is_cpu() || m.dim() != 4 || m.size(2) != rows || m.size(3) != cols) return false;
   bool causal = true;
