@@ -208,3 +208,76 @@ def test_a_mask_that_hides_only_the_future_runs_as_causal(strict, kind):
     assert len(calls) == 2, [e.name for e in calls]  # forward and backward, both flash
     masks = {tuple(e.input_shapes[5] if "backward" not in e.name else e.input_shapes[8]) for e in calls}
     assert (masks == {()}) == kind.startswith("causal"), masks
+
+
+class GroupedAttention(torch.nn.Module):
+    """Causal SDPA with fewer K/V heads than Q heads, repeated to Q's as Hugging Face's repeat_kv
+    does (`kind` "grouped": each KV head read by consecutive query heads; "grouped_dv": the same
+    with V's head size unlike Q's, which no fused kernel takes) or tiled ("tiled": KV head h % 2
+    for query head h, a repeat of another order, which the kernel's grouping is not)."""
+
+    def __init__(self, kind, width=32, heads=4, kv_heads=2, head=8):
+        super().__init__()
+        self.kind, self.heads, self.kv_heads, self.head = kind, heads, kv_heads, head
+        self.dv = 2 * head if kind == "grouped_dv" else head
+        self.q = torch.nn.Linear(width, heads * head)
+        self.k = torch.nn.Linear(width, kv_heads * head)
+        self.v = torch.nn.Linear(width, kv_heads * self.dv)
+        self.out = torch.nn.Linear(heads * self.dv, width)
+
+    def repeat(self, x):
+        b, h, t, d = x.shape
+        n = self.heads // h
+        if self.kind == "tiled":
+            return x[:, None].expand(b, n, h, t, d).reshape(b, h * n, t, d)
+        return x[:, :, None].expand(b, h, n, t, d).reshape(b, h * n, t, d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.heads, self.head).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv_heads, self.head).transpose(1, 2)
+        v = self.v(x).view(b, t, self.kv_heads, self.dv).transpose(1, 2)
+        y = torch.nn.functional.scaled_dot_product_attention(q, self.repeat(k), self.repeat(v), is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1))
+
+
+@pytest.mark.parametrize("kind", ["grouped", "grouped_dv", "tiled"])
+def test_attention_reads_grouped_keys_and_values_unrepeated(strict, kind):
+    """K and V repeated head by head (repeat_kv) reach Attention unrepeated: flash attention takes
+    the fewer heads itself (no (B, H, S, D) copy, no sum of the copies' gradients), and a backend
+    that does not (V's head size unlike Q's: the math path) repeats them inside the kernel. A tiled
+    repeat is another head order and stays in the graph. Forward and gradients match eager's over
+    three steps."""
+    torch.manual_seed(0)
+    eager = GroupedAttention(kind)
+    ours = ORTModule(copy.deepcopy(eager))
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        x = torch.randn(2, 12, 32, generator=gen)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            y = ours(x)
+            (y * y).mean().backward()
+        ye = eager(x)
+        (ye * ye).mean().backward()
+        torch.testing.assert_close(y, ye, rtol=1e-5, atol=1e-6, msg=lambda m: f"step {step}: {m}")
+        for (n, p), e in zip(ours.module.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step} {n}: {m}")
+        for opt in (opt_e, opt_o):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert ours.stats()["fallback"] is None
+    nodes = list(forward_ops(ours))
+    made_by = {o: n.op_type for n in nodes for o in n.output}
+    (att,) = [n for n in nodes if n.op_type == "Attention"]
+    repeated = {made_by.get(att.input[1]), made_by.get(att.input[2])}
+    assert (repeated == {"Reshape"}) == (kind == "tiled"), repeated
+    assert any(n.op_type == "Expand" for n in nodes) == (kind == "tiled")
+    calls = [e for e in prof.events() if e.name.startswith("aten::_scaled_dot_product_flash_attention_for_cpu")]
+    if kind == "grouped_dv":
+        assert not calls, [e.name for e in calls]
+    else:
+        assert len(calls) == 2, [e.name for e in calls]  # forward and backward, both flash
+        kv_heads = {e.input_shapes[2 if "backward" in e.name else 1][1] for e in calls}
+        assert kv_heads == ({4} if kind == "tiled" else {2}), kv_heads

@@ -18,18 +18,21 @@ namespace {
 // never merged by cse).
 bool drops(const Node& n) { return n.attrs.get_float("dropout", 0.0f) > 0.0f; }
 
-// Q, K, V at inputs q, q+1, q+2 take ATen's fused path (one head size, equal B and H), whose
-// kernels allocate Y (in backward dQ/dK/dV) like Q (K, V): empty_like, not row-major. The math
-// path's matmul results are row-major.
+// Q, K, V at inputs q, q+1, q+2 take ATen's fused path (one head size, equal B, and equal H or
+// grouped K and V: fewer heads, a divisor of Q's), whose kernels allocate Y (in backward
+// dQ/dK/dV) like Q (K, V): empty_like, not row-major. The math path's matmul results are row-major.
 bool fused_path(const Graph& g, const Node& n, int q) {
   if (!pattern::has_input(n, q) || !pattern::has_input(n, q + 1) || !pattern::has_input(n, q + 2)) return false;
   const Shape& sq = g.value(n.inputs[q]).shape;
   const Shape& sk = g.value(n.inputs[q + 1]).shape;
   const Shape& sv = g.value(n.inputs[q + 2]).shape;
   if (sq.rank() != 4 || sk.rank() != 4 || sv.rank() != 4) return false;
-  for (int d : {0, 1})
-    if (!sq.dims[d].same_as(sk.dims[d]) || !sq.dims[d].same_as(sv.dims[d])) return false;
-  return sq.dims[3].same_as(sv.dims[3]);
+  if (!sq.dims[0].same_as(sk.dims[0]) || !sq.dims[0].same_as(sv.dims[0]) || !sk.dims[1].same_as(sv.dims[1]))
+    return false;
+  const Dim &h = sq.dims[1], &hkv = sk.dims[1];
+  const bool grouped =
+      h.is_known() && hkv.is_known() && hkv.value > 0 && hkv.value < h.value && h.value % hkv.value == 0;
+  return (h.same_as(hkv) || grouped) && sq.dims[3].same_as(sv.dims[3]);
 }
 int y_like_q(const Graph& g, const Node& n, int k) { return k == 0 && fused_path(g, n, 0) ? 0 : -1; }
 // dQ, dK, dV like Q, K, V; not with dLogSumExp (input 7), which takes the math path.
@@ -60,7 +63,7 @@ namespace {
 
 // --- shape rules (shapes/shape_rules.h)
 
-// Attention(Q (B, H, L, D), K (B, H, S, D), V (B, H, S, Dv), [mask]) -> (Y (B, H, L, Dv),
+// Attention(Q (B, H, L, D), K (B, Hkv, S, D), V (B, Hkv, S, Dv), [mask]) -> (Y (B, H, L, Dv),
 // LogSumExp (B, H, L), [Backend ()], [RngState0], [RngState1]). The random state's form is the
 // backend's (a fused kernel's philox seed and offset, the math path's CPU generator state or
 // keep-mask): no shape.

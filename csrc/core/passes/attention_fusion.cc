@@ -20,6 +20,13 @@
 // from: see ops/attention.cc); the chain's other nodes go. The exporter's causal mask
 // (Where(Trilu(ones(L, S)) == 0, -big, 0)) becomes causal=1. The NaN guard (IsNaN -> 0) is
 // absorbed: the kernel yields 0 for a fully masked row, as the guard does.
+// Grouped-query attention: where K and V are both Hugging Face's repeat_kv of fewer heads
+//   Reshape(Expand(Unsqueeze(X, 2) [-> Slice that keeps every element], (B, h, n, S, D))
+//           [-> Identity], (B, h·n, S, D))
+// with h·n Q's heads, Attention reads each X itself (the kernel runs grouped K and V: flash
+// attention natively, other backends on a repeat of its own), so the (B, H, S, D) copies are never
+// made and their gradients never summed back; the repeats, read by nothing else, go.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -206,10 +213,57 @@ std::optional<Found> check(const Graph& g, const Match& m) {
   return f;
 }
 
+// --- grouped K and V --------------------------------------------------------------------------------
+// A Slice that keeps every element: each dim provably unchanged, every step a positive constant
+// (a same-length slice with a positive step starts at 0 and takes each element once).
+bool keeps_all(const Graph& g, const GraphIndex& idx, const Node& n) {
+  if (!pattern::is_onnx(n, "Slice") || !pattern::has_input(n, 0)) return false;
+  const Shape &in = g.value(n.inputs[0]).shape, &out = g.value(n.outputs[0]).shape;
+  if (!in.rank_known || !out.rank_known || in.rank() != out.rank()) return false;
+  for (int d = 0; d < in.rank(); ++d)
+    if (!in.dims[d].same_as(out.dims[d])) return false;
+  if (!pattern::has_input(n, 4)) return true;
+  const auto steps = pattern::constant_ints(g, idx, n.inputs[4]);
+  return steps && std::all_of(steps->begin(), steps->end(), [](int64_t s) { return s > 0; });
+}
+
+// X when `kv` (B, H, S, D) is X (B, h, S, D) with each head repeated H/h times in a row (the
+// pattern above), with h known; kNoValue otherwise.
+ValueId unrepeated(const Graph& g, const GraphIndex& idx, ValueId kv) {
+  const Node* reshape = pattern::producer(g, idx, kv);
+  if (!reshape || !pattern::is_onnx(*reshape, "Reshape")) return kNoValue;
+  const Node* expand = pattern::producer(g, idx, reshape->inputs[0]);
+  while (expand && pattern::is_onnx(*expand, "Identity")) expand = pattern::producer(g, idx, expand->inputs[0]);
+  if (!expand || !pattern::is_onnx(*expand, "Expand")) return kNoValue;
+  const Node* unsqueeze = pattern::producer(g, idx, expand->inputs[0]);
+  while (unsqueeze && keeps_all(g, idx, *unsqueeze)) unsqueeze = pattern::producer(g, idx, unsqueeze->inputs[0]);
+  if (!unsqueeze || !pattern::is_onnx(*unsqueeze, "Unsqueeze") || !pattern::has_input(*unsqueeze, 1)) return kNoValue;
+  const auto axes = pattern::constant_ints(g, idx, unsqueeze->inputs[1]);
+  if (!axes || axes->size() != 1 || !((*axes)[0] == 2 || (*axes)[0] == -3)) return kNoValue;
+  const ValueId x = unsqueeze->inputs[0];
+  const Shape &xs = g.value(x).shape, &es = g.value(expand->outputs[0]).shape, &rs = g.value(kv).shape;
+  if (xs.rank() != 4 || es.rank() != 5 || rs.rank() != 4 || !xs.dims[1].is_known() || !es.dims[2].is_known() ||
+      !rs.dims[1].is_known())
+    return kNoValue;
+  const int64_t h = xs.dims[1].value, n = es.dims[2].value;
+  const bool expanded = es.dims[0].same_as(xs.dims[0]) && es.dims[1].same_as(xs.dims[1]) &&
+                        es.dims[3].same_as(xs.dims[2]) && es.dims[4].same_as(xs.dims[3]);
+  const bool merged = rs.dims[0].same_as(xs.dims[0]) && rs.dims[1].value == h * n && rs.dims[2].same_as(xs.dims[2]) &&
+                      rs.dims[3].same_as(xs.dims[3]);
+  return h > 0 && n > 1 && expanded && merged ? x : kNoValue;
+}
+
 Node attention(Graph& g, const Match& m, const Node& at) {
   const Found f = *check(g, m);
   const ValueId y = at.outputs[0], q = m.value("q");
-  const Shape& qs = g.value(q).shape;
+  std::vector<ValueId> ins{q, m.value("k"), m.value("v")};
+  const ValueId k_heads = unrepeated(g, m.index(), ins[1]), v_heads = unrepeated(g, m.index(), ins[2]);
+  if (k_heads != kNoValue && v_heads != kNoValue && g.value(ins[1]).shape.dims[1].same_as(g.value(q).shape.dims[1]) &&
+      g.value(k_heads).shape.dims[1].same_as(g.value(v_heads).shape.dims[1])) {
+    ins[1] = k_heads;
+    ins[2] = v_heads;
+  }
+  const Shape qs = g.value(q).shape;  // a copy: new values may move the graph's
   const DType lse_type = g.value(q).dtype == DType::kDouble ? DType::kDouble : DType::kFloat;
   const ValueId lse =
       g.new_value(g.value(y).name + "/logsumexp", lse_type, Shape::of({qs.dims[0], qs.dims[1], qs.dims[2]}));
@@ -226,7 +280,6 @@ Node attention(Graph& g, const Match& m, const Node& at) {
     for (const char* part : {"/rng_state0", "/rng_state1"})
       outs.push_back(g.new_value(g.value(y).name + part, DType::kInt64, Shape::unknown()));
   }
-  std::vector<ValueId> ins{q, m.value("k"), m.value("v")};
   if (f.mask != kNoValue) ins.push_back(f.mask);
   return Node{kOurDomain, "Attention", g.unique_node_name(at.name + "/Attention"), std::move(ins), std::move(outs),
               std::move(a)};

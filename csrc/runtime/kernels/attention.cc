@@ -14,6 +14,10 @@
 // (attention_math.cc), which keeps the same contract (the probabilities recomputed from
 // LogSumExp), so the result is right on every path. Every path agrees with the unfused graph's
 // dropout(softmax(scale·Q·Kᵀ + mask), p)·V.
+// Grouped-query attention: K and V may have fewer heads than Q, a divisor of Q's (query head h
+// reads KV head h / (H/Hkv), as eager SDPA's enable_gqa and Hugging Face's repeat_kv). Flash
+// attention (CPU and CUDA) takes them as they are; for any other backend the kernels repeat K and
+// V to Q's heads first and sum the repeated heads' gradients back.
 #define TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <array>
 #include <cmath>
@@ -116,10 +120,26 @@ AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
   return a;
 }
 
-// The fused kernels want one head size and equal (B, H) for Q, K and V.
+// The query heads per KV head when K and V share a head count that divides Q's and is smaller
+// (grouped-query attention), else 1.
+int64_t kv_groups(const AttnArgs& a) {
+  const int64_t h = a.q.size(1), hkv = a.k.size(1);
+  return hkv < h && hkv == a.v.size(1) && hkv > 0 && h % hkv == 0 ? h / hkv : 1;
+}
+
+// The fused kernels want one head size, equal B, and equal H (flash: or grouped K and V).
 bool dense_heads(const AttnArgs& a) {
   return a.q.size(3) == a.v.size(3) && a.q.size(0) == a.k.size(0) && a.q.size(0) == a.v.size(0) &&
-         a.q.size(1) == a.k.size(1) && a.q.size(1) == a.v.size(1);
+         ((a.q.size(1) == a.k.size(1) && a.q.size(1) == a.v.size(1)) || kv_groups(a) > 1);
+}
+
+// K or V (B, Hkv, S, D) with each head repeated `groups` times in a row: (B, Hkv·groups, S, D).
+at::Tensor repeat_heads(const at::Tensor& t, int64_t groups) {
+  return t.unsqueeze(2).expand({t.size(0), t.size(1), groups, t.size(2), t.size(3)}).flatten(1, 2);
+}
+// The gradient of repeat_heads: the repeated heads' gradients summed, (B, Hkv, S, D).
+at::Tensor sum_heads(const at::Tensor& g, int64_t groups) {
+  return g.unflatten(1, {g.size(1) / groups, groups}).sum(2);
 }
 
 using at::SDPBackend;
@@ -130,21 +150,33 @@ using at::SDPBackend;
 // path gives the same result without the copies).
 // With dropout the choice is eager's for the same rate (on the CPU: math, which has the only CPU
 // dropout).
+// Grouped K and V: the choice eager makes with enable_gqa; a backend other than flash then runs on
+// K and V repeated to Q's heads (the_args_for).
 SDPBackend choose_backend(const AttnArgs& a, bool training) {
   if (!dense_heads(a) || (a.dropout > 0.0 && a.q.is_cpu())) return SDPBackend::math;
+  const bool gqa = kv_groups(a) > 1;
   int64_t choice;
   if (training) {
     at::AutoGradMode grad(true);  // the choice reads GradMode and requires_grad, as in eager
     choice = at::_fused_sdp_choice(a.q.detach().requires_grad_(true), a.k.detach().requires_grad_(true),
-                                   a.v.detach().requires_grad_(true), a.mask, a.dropout, a.causal, a.scale, false);
+                                   a.v.detach().requires_grad_(true), a.mask, a.dropout, a.causal, a.scale, gqa);
   } else {
-    choice = at::_fused_sdp_choice(a.q, a.k, a.v, a.mask, a.dropout, a.causal, a.scale, false);
+    choice = at::_fused_sdp_choice(a.q, a.k, a.v, a.mask, a.dropout, a.causal, a.scale, gqa);
   }
   const auto b = static_cast<SDPBackend>(choice);
   if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
   if (b == SDPBackend::flash_attention || b == SDPBackend::efficient_attention || b == SDPBackend::cudnn_attention)
     return b;
   return SDPBackend::math;
+}
+
+// The arguments `backend` runs on: grouped K and V repeated to Q's heads unless it is flash.
+AttnArgs the_args_for(AttnArgs a, SDPBackend backend) {
+  if (const int64_t groups = kv_groups(a); groups > 1 && backend != SDPBackend::flash_attention) {
+    a.k = repeat_heads(a.k, groups);
+    a.v = repeat_heads(a.v, groups);
+  }
+  return a;
 }
 
 // The memory-efficient kernel reads a bias whose rows are 16-element aligned: the mask's last dim
@@ -165,9 +197,10 @@ at::Tensor no_dropout_rng(const at::Tensor& like) {
 }
 
 void attention_kernel(KernelCtx& c) {
-  const AttnArgs a = read_args(c, 0, 3);
+  const AttnArgs given = read_args(c, 0, 3);
   const bool training = c.output_wanted(1);  // the backward reads LogSumExp
-  const SDPBackend backend = choose_backend(a, training);
+  const SDPBackend backend = choose_backend(given, training);
+  const AttnArgs a = the_args_for(given, backend);
   c.set_output(2, at::scalar_tensor(static_cast<int64_t>(backend), at::kLong));  // a host value
   const double p = a.dropout;
   at::Tensor y, lse, rng0, rng1;  // rng: the fused kernel's philox seed and offset
@@ -237,20 +270,23 @@ at::Tensor full_lse(const at::Tensor& lse) {
 }
 
 void attention_grad_kernel(KernelCtx& c) {
-  const AttnArgs a = read_args(c, 1, 6);
+  const AttnArgs given = read_args(c, 1, 6);
   const at::Tensor& y = c.input(4);
   const at::Tensor& lse = c.input(5);
   const at::Tensor dy = c.has_input(0) ? c.input(0) : at::zeros_like(y);  // only dLSE flows
   const bool dlse = c.has_input(7);  // a gradient into LogSumExp: only the math path takes it
   // The forward's backend (a graph without the input: choose again, as that forward did).
-  SDPBackend backend = c.has_input(8) ? static_cast<SDPBackend>(c.input_item(8).toLong()) : choose_backend(a, true);
-  const double p = a.dropout;
+  SDPBackend backend =
+      c.has_input(8) ? static_cast<SDPBackend>(c.input_item(8).toLong()) : choose_backend(given, true);
+  const double p = given.dropout;
   if (p > 0.0 && !(c.has_input(9) && c.has_input(10)))
     c.fail("dropout " + std::to_string(p) + " without the forward's random state (inputs 9 and 10): the "
            "backward cannot replay its mask");
   if (dlse && p > 0.0 && backend != SDPBackend::math)
     c.fail("a gradient into LogSumExp with dropout: the math path cannot replay the fused kernel's mask");
   if (dlse) backend = SDPBackend::math;
+  const AttnArgs a = the_args_for(given, backend);
+  const int64_t groups = a.k.size(1) == given.k.size(1) ? 1 : kv_groups(given);  // K, V repeated here
   const at::Tensor rng0 = p > 0.0 ? c.input(9) : no_dropout_rng(a.q);
   const at::Tensor rng1 = p > 0.0 ? c.input(10) : rng0;
   const std::array<bool, 4> wanted{c.output_wanted(0), c.output_wanted(1), c.output_wanted(2), false};
@@ -299,9 +335,13 @@ void attention_grad_kernel(KernelCtx& c) {
       dq = at::sum_to(dq, a.q.sizes());
     }
   }
+  if (groups > 1) {
+    if (dk.defined()) dk = sum_heads(dk, groups);
+    if (dv.defined()) dv = sum_heads(dv, groups);
+  }
   // The efficient kernel leaves the gradients it was not asked for undefined.
   const at::Tensor* grads[] = {&dq, &dk, &dv};
-  const at::Tensor* like[] = {&a.q, &a.k, &a.v};
+  const at::Tensor* like[] = {&given.q, &given.k, &given.v};
   for (int i = 0; i < 3; ++i)
     if (c.output_wanted(i) && grads[i]->defined()) c.set_output(i, grads[i]->to(like[i]->scalar_type()));
 }
