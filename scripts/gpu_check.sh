@@ -157,6 +157,7 @@ for p in ${PARTS//,/ }; do
     tests-core)  # host synchronizations, CUDA graphs, autocast's loss dtype, attention with dropout
       part tests-core 0 bash -c "pytest_part tests-core tests/python/test_gpu_sync_free.py \
         tests/python/test_gpu_cuda_graphs.py tests/python/test_attention_dropout.py \
+        tests/python/test_fusion_attention.py::test_attention_reads_grouped_keys_and_values_unrepeated \
         tests/python/test_gpu_parity.py::test_autocast_loss_dtype_and_value_match_eager" ;;
     tests-rest)
       part tests-rest 0 bash -c "pytest_part tests-rest tests/python/test_gpu_parity.py -k 'not autocast' \
