@@ -150,8 +150,11 @@ using at::SDPBackend;
 // path gives the same result without the copies).
 // With dropout the choice is eager's for the same rate (on the CPU: math, which has the only CPU
 // dropout).
-// Grouped K and V: the choice eager makes with enable_gqa; a backend other than flash then runs on
-// K and V repeated to Q's heads (the_args_for).
+AttnArgs the_args_for(AttnArgs a, SDPBackend backend);
+
+// Grouped K and V: flash attention where eager's choice with enable_gqa is flash (which takes the
+// grouped heads); otherwise the choice for K and V repeated to Q's heads (the tensors eager runs
+// on after Hugging Face's repeat_kv), which the_args_for then repeats: only flash runs them grouped.
 SDPBackend choose_backend(const AttnArgs& a, bool training) {
   if (!dense_heads(a) || (a.dropout > 0.0 && a.q.is_cpu())) return SDPBackend::math;
   const bool gqa = kv_groups(a) > 1;
@@ -165,6 +168,7 @@ SDPBackend choose_backend(const AttnArgs& a, bool training) {
   }
   const auto b = static_cast<SDPBackend>(choice);
   if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
+  if (gqa && b != SDPBackend::flash_attention) return choose_backend(the_args_for(a, b), training);
   if (b == SDPBackend::flash_attention || b == SDPBackend::efficient_attention || b == SDPBackend::cudnn_attention)
     return b;
   return SDPBackend::math;
