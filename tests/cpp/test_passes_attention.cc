@@ -21,14 +21,17 @@ using testing::add_node;
 
 // --- reference (double precision) Attention and AttentionGrad for the evaluator ---------------
 // s = scale·Q·Kᵀ (+ mask, broadcast) (−∞ above the diagonal when causal); P = softmax(s); Y = P·V.
+// K and V may have fewer heads (grouped): query head h reads KV head h / (H / Hkv).
 struct Sdpa {
-  int64_t B, H, L, S, D, Dv;
+  int64_t B, H, L, S, D, Dv, Hkv;
   std::vector<double> s, lse, p;  // (B, H, L, S), (B, H, L), (B, H, L, S)
+  int64_t kv(int64_t bh) const { return bh / H * Hkv + bh % H / (H / Hkv); }  // K/V's (b, head) of Q's
 };
 Sdpa sdpa(const Node& n, const ref::Tensor& q, const ref::Tensor& k, const ref::Tensor& v,
           const ref::Tensor* mask) {
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4) ref::fail(n, "Q, K, V must be 4-D");
-  Sdpa r{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3], {}, {}, {}};
+  Sdpa r{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3], k.shape[1], {}, {}, {}};
+  if (r.Hkv < 1 || r.H % r.Hkv != 0 || v.shape[1] != r.Hkv) ref::fail(n, "K and V heads must divide Q's");
   const double scale = n.attrs.has("scale") ? n.attrs.get_float("scale", 1.0f) : 1.0 / std::sqrt(double(q.shape[3]));
   const bool causal = n.attrs.get_int("causal", 0) != 0;
   ref::Dims md(4, 1);
@@ -41,7 +44,7 @@ Sdpa sdpa(const Node& n, const ref::Tensor& q, const ref::Tensor& k, const ref::
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < r.S; ++j) {
         double acc = 0;
-        for (int64_t d = 0; d < r.D; ++d) acc += q.reals[(bh * r.L + i) * r.D + d] * k.reals[(bh * r.S + j) * r.D + d];
+        for (int64_t d = 0; d < r.D; ++d) acc += q.reals[(bh * r.L + i) * r.D + d] * k.reals[(r.kv(bh) * r.S + j) * r.D + d];
         acc *= scale;
         if (mask) {
           const int64_t b = bh / r.H, h = bh % r.H;
@@ -67,7 +70,8 @@ const bool kRefAttention = ref::register_op(kOurDomain, "Attention", [](const No
     for (int64_t i = 0; i < r.L; ++i)
       for (int64_t j = 0; j < r.S; ++j)
         for (int64_t d = 0; d < r.Dv; ++d)
-          y.reals[(bh * r.L + i) * r.Dv + d] += r.p[(bh * r.L + i) * r.S + j] * in[2]->reals[(bh * r.S + j) * r.Dv + d];
+          y.reals[(bh * r.L + i) * r.Dv + d] +=
+              r.p[(bh * r.L + i) * r.S + j] * in[2]->reals[(r.kv(bh) * r.S + j) * r.Dv + d];
   ref::Tensor lse = ref::Tensor::of_reals(DType::kFloat, {r.B, r.H, r.L}, r.lse);
   ref::Tensor backend = ref::zeros(DType::kInt64, {});  // the math backend, 0
   return ref::Outs{y, lse, backend};
@@ -90,13 +94,13 @@ const bool kRefAttentionGrad = ref::register_op(kOurDomain, "AttentionGrad", [](
         const double p = r.p[(bh * r.L + i) * r.S + j];
         double dp = 0;
         for (int64_t d = 0; d < r.Dv; ++d) {
-          dp += dy((bh * r.L + i) * r.Dv + d) * v.reals[(bh * r.S + j) * r.Dv + d];
-          dv.reals[(bh * r.S + j) * r.Dv + d] += p * dy((bh * r.L + i) * r.Dv + d);
+          dp += dy((bh * r.L + i) * r.Dv + d) * v.reals[(r.kv(bh) * r.S + j) * r.Dv + d];
+          dv.reals[(r.kv(bh) * r.S + j) * r.Dv + d] += p * dy((bh * r.L + i) * r.Dv + d);
         }
         const double ds = p * (dp - delta) * scale;
         for (int64_t d = 0; d < r.D; ++d) {
-          dq.reals[(bh * r.L + i) * r.D + d] += ds * k.reals[(bh * r.S + j) * r.D + d];
-          dk.reals[(bh * r.S + j) * r.D + d] += ds * q.reals[(bh * r.L + i) * r.D + d];
+          dq.reals[(bh * r.L + i) * r.D + d] += ds * k.reals[(r.kv(bh) * r.S + j) * r.D + d];
+          dk.reals[(r.kv(bh) * r.S + j) * r.D + d] += ds * q.reals[(bh * r.L + i) * r.D + d];
         }
       }
     }
@@ -117,6 +121,9 @@ struct Opts {
   bool training_input = false;  // ... whose training_mode is a graph input
   bool leak_probs = false;    // P is also a graph output
   bool dynamic_head = false;  // the head size D is a symbol: the scale 1/√D is not a constant
+  // K and V inputs of one head, repeated to Q's two: 1 head by head as Hugging Face's repeat_kv
+  // (Unsqueeze at 2, a Slice keeping all, Expand, Identity, Reshape); 2 tiled (Unsqueeze at 1).
+  int grouped = 0;
 };
 
 struct Built {
@@ -146,6 +153,41 @@ Built attention_graph(const Opts& o) {
   b.k = val("k", {B, H, T, D});
   b.v = val("v", {B, H, T, D});
   g.inputs = {b.q, b.k, b.v};
+  if (o.grouped) {
+    const Dim one = Dim::known(1);
+    for (ValueId* kv : {&b.k, &b.v}) {
+      const std::string name = g.value(*kv).name;
+      const ValueId x = val(name + "_heads", {B, one, T, D});
+      g.inputs[kv == &b.k ? 1 : 2] = x;
+      const bool tiled = o.grouped == 2;
+      const ValueId u = val(name + "_unsq", {B, one, one, T, D});
+      const ValueId kept = val(name + "_kept", {B, one, one, T, D});
+      const ValueId e = val(name + "_exp", tiled ? std::vector<Dim>{B, H, one, T, D} : std::vector<Dim>{B, one, H, T, D});
+      const ValueId c = val(name + "_clone", g.value(e).shape.dims);
+      add_node(g, "Unsqueeze", {x, iconst(name + "_axes", {tiled ? 1 : 2})}, {u}, "/" + name + "_unsq");
+      add_node(g, "Slice", {u, iconst(name + "_s0", {0}), iconst(name + "_s1", {INT64_MAX}), iconst(name + "_sa", {2}),
+                            iconst(name + "_st", {1})}, {kept}, "/" + name + "_slice");
+      ValueId shape5 = g.add_value(name + "_shape5", DType::kInt64, Shape::of({Dim::known(5)}));
+      ValueId shape_x = g.add_value(name + "_shape_x", DType::kInt64, Shape::of({Dim::known(4)}));
+      add_node(g, "Shape", {x}, {shape_x}, "/" + name + "_shape_x");
+      std::vector<ValueId> parts;
+      for (int i = 0; i < 5; ++i) {
+        parts.push_back(g.add_value(name + "_d" + std::to_string(i), DType::kInt64, Shape::of({Dim::known(1)})));
+        const bool repeat_axis = i == (tiled ? 1 : 2);
+        if (repeat_axis) {
+          g.initializers[parts.back()] = TensorData::from_int64s({2});
+        } else {
+          const int64_t src = i < (tiled ? 1 : 2) ? i : i - 1;
+          add_node(g, "Gather", {shape_x, iconst(name + "_at" + std::to_string(i), {src})}, {parts.back()},
+                   "/" + name + "_d" + std::to_string(i));
+        }
+      }
+      add_node(g, "Concat", parts, {shape5}, "/" + name + "_shape5").attrs.set("axis", int64_t{0});
+      add_node(g, "Expand", {kept, shape5}, {e}, "/" + name + "_expand");
+      add_node(g, "Identity", {e}, {c}, "/" + name + "_clone");
+      add_node(g, "Reshape", {c, iconst(name + "_shape4", {0, 2, -1, 4})}, {*kv}, "/" + name + "_merge");
+    }
+  }
   // the exporter's scale: √(1/√(Shape(q)[-1])) on each of Q and Kᵀ
   ValueId shape_q = g.add_value("shape_q", DType::kInt64, Shape::of({Dim::known(4)}));
   add_node(g, "Shape", {b.q}, {shape_q}, "/shape_q");
@@ -399,6 +441,40 @@ TEST(AttentionFusion, DynamicHeadSizeKeepsSdpaDefaultScale) {
   expect_same_numbers(before, b);  // D = 3 in the evaluation
 }
 
+// Hugging Face's repeat_kv of grouped K and V: Attention reads the unrepeated K and V (the kernel
+// runs grouped heads), and the repeats go.
+TEST(AttentionFusion, RepeatedKeysAndValuesReachAttentionUnrepeated) {
+  const Opts o{.causal = true, .reshape_kt = true, .grouped = 1};
+  const Built before = attention_graph(o);
+  Built b = attention_graph(o);
+  ASSERT_TRUE(fuse(b.g));
+  const auto att = ops(b.g, "Attention");
+  ASSERT_EQ(att.size(), 1u);
+  EXPECT_EQ(att[0]->inputs, (std::vector<ValueId>{b.q, *b.g.find("k_heads"), *b.g.find("v_heads")}));
+  for (const char* gone : {"Unsqueeze", "Slice", "Expand", "Identity", "Reshape"})
+    EXPECT_TRUE(ops(b.g, gone).empty()) << gone << " left behind";
+  expect_same_numbers(before, b);
+
+  TrainingGraph tg = build_training_graph(b.g, {true, true, true});
+  verify(as_exportable_graph(tg));
+  const auto grads = ops(tg.graph, "AttentionGrad");
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_EQ(tg.graph.value(grads[0]->outputs[1]).shape.to_string(), "[B,1,T,4]");  // dK like K: one head
+}
+
+// Repeats of another order (tiled: Unsqueeze at 1) are not the kernel's grouping: they stay.
+TEST(AttentionFusion, TiledRepeatOfKeysAndValuesStays) {
+  const Opts o{.causal = true, .grouped = 2};
+  const Built before = attention_graph(o);
+  Built b = attention_graph(o);
+  ASSERT_TRUE(fuse(b.g));
+  const auto att = ops(b.g, "Attention");
+  ASSERT_EQ(att.size(), 1u);
+  EXPECT_EQ(att[0]->inputs, (std::vector<ValueId>{b.q, b.k, b.v}));
+  EXPECT_EQ(ops(b.g, "Expand").size(), 2u);
+  expect_same_numbers(before, b);
+}
+
 TEST(AttentionFusion, DoesNotFireWhenAConditionFails) {
   const std::vector<std::pair<const char*, Opts>> cases = {
       {"softmax over another axis", {.causal = true, .softmax_axis = 2}},
@@ -452,6 +528,11 @@ std::vector<Case> attention_cases() {
   c.push_back({"Attention_causal", "com.torch_ort::Attention", {G({2, 1, 4, 2}), G({2, 1, 4, 2}), G({2, 1, 4, 2})}, {}, 1,
                [](Graph& g, const std::vector<ValueId>& in) {
                  return std::vector<ValueId>{attention(g, in, A({{"scale", 0.7f}, {"causal", I{1}}}))};
+               }});
+  c.push_back({"Attention_grouped_heads", "com.torch_ort::Attention",
+               {G({1, 4, 3, 2}), G({1, 2, 3, 2}), G({1, 2, 3, 3})}, {}, 1,
+               [](Graph& g, const std::vector<ValueId>& in) {
+                 return std::vector<ValueId>{attention(g, in, A({{"scale", 0.6f}, {"causal", I{1}}}))};
                }});
   c.push_back({"Attention_value_grad_only", "com.torch_ort::Attention",
                {N({1, 1, 3, 2}), N({1, 1, 3, 2}), G({1, 1, 3, 2})}, {}, 1,
