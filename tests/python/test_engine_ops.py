@@ -42,6 +42,18 @@ def test_a_gradient_accumulator_of_another_shape_or_dtype_is_an_error_naming_it(
         engine.forward(feeds)
 
 
+@pytest.mark.parametrize("kv_heads", [(3, 3), (2, 4)])
+def test_attention_heads_that_neither_match_nor_group_are_an_error_naming_them(kv_heads):
+    hk, hv = kv_heads
+    case = Case("Attention", [f(2, 4, 5, 8), f(2, hk, 7, 8), f(2, hv, 7, 8)], None, dict(causal=1), domain=OURS,
+                n_out=2)
+    model, feeds = single_node_model(case, [torch.zeros(2, 4, 5, 8), torch.zeros(2, 4, 5)])
+    engine = _C.Engine(model, False, [False] * len(feeds))
+    with pytest.raises(_C.KernelError, match=rf"K and V have {hk} and {hv} heads; each must be Q's 4 or 1, or both one "
+                                             r"count that divides it \(grouped-query attention\)"):
+        engine.forward(feeds)
+
+
 # Kernels a single-node model cannot drive, and where they are tested instead.
 NO_SINGLE_NODE_CASE = {
     "com.torch_ort::ATenOpGrad": "reads the autograd history ATenOp's forward made; "

@@ -99,6 +99,12 @@ AttnArgs read_args(const KernelCtx& c, int first, int mask_at) {
   }
   if (a.q.size(3) != a.k.size(3)) c.fail("Q and K head sizes differ: " + c10::str(a.q.sizes(), " vs ", a.k.sizes()));
   if (a.k.size(2) != a.v.size(2)) c.fail("K and V lengths differ: " + c10::str(a.k.sizes(), " vs ", a.v.sizes()));
+  // Heads: K's and V's each Q's or 1 (broadcast), or one count that divides Q's (grouped).
+  const int64_t h = a.q.size(1), hk = a.k.size(1), hv = a.v.size(1);
+  const auto broadcasts = [h](int64_t x) { return x == h || x == 1; };
+  if (!(broadcasts(hk) && broadcasts(hv)) && !(hk == hv && hk > 0 && h % hk == 0))
+    c.fail("K and V have " + std::to_string(hk) + " and " + std::to_string(hv) + " heads; each must be Q's " +
+           std::to_string(h) + " or 1, or both one count that divides it (grouped-query attention)");
   if (c.has_input(mask_at)) {
     at::Tensor m = c.input(mask_at);
     if (m.dim() > 4 || !at::isFloatingType(m.scalar_type()))

@@ -17,12 +17,27 @@ _mask4, _mask2 = f(2, 1, 5, 7), f(5, 7)
 _kv_one_head = f(2, 1, 7, 8)
 
 
+# Grouped-query attention: K and V of 2 heads for Q's 4 (query head h reads KV head h // 2).
+_qg, _kg, _vg = f(2, 4, 5, 8), f(2, 2, 7, 8), f(2, 2, 7, 8)
+
+
 def acc(t):  # the kernels' accumulation type: double for double, float otherwise
     return t.double() if t.dtype == torch.float64 else t.float()
 
 
+def heads_of(q, t):
+    """K or V with each of its heads repeated to Q's (grouped-query attention); as it is when its
+    head count is Q's or 1 (broadcast)."""
+    n = q.shape[1] // t.shape[1]
+    return t if t.shape[1] in (1, q.shape[1]) else t.repeat_interleave(n, 1)
+
+
+def grouped(q, k):
+    return k.shape[1] not in (1, q.shape[1])
+
+
 def scores(q, k, mask=None, causal=False, scale=SCALE):
-    s = (acc(q) @ acc(k).transpose(-2, -1)) * scale
+    s = (acc(q) @ acc(heads_of(q, k)).transpose(-2, -1)) * scale
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return s if mask is None else s + acc(mask)
@@ -34,9 +49,10 @@ def attention(causal=False, scale=SCALE, math=False):
     def ref(q, k, v, mask=None):
         s = scores(q, k, mask, causal, scale)
         if math:
-            y = (torch.softmax(s, -1) @ acc(v)).to(q.dtype)
+            y = (torch.softmax(s, -1) @ acc(heads_of(q, v))).to(q.dtype)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                               enable_gqa=grouped(q, k))
         return y, torch.logsumexp(s, -1)
     return ref
 
@@ -73,7 +89,8 @@ def attention_grad(causal=False, scale=SCALE):
     """(dQ, dK, dV) of SDPA by autograd; Y and LogSumExp inputs come from the forward."""
     def ref(dy, q, k, v, y, lse, mask=None):
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+        out = F.scaled_dot_product_attention(q, heads_of(q, k), heads_of(q, v), attn_mask=mask, is_causal=causal,
+                                             scale=scale)
         return torch.autograd.grad(out, (q, k, v), dy)
     return ref
 
@@ -104,11 +121,22 @@ CASES = [
     Case("Attention", [_q, _k, f(2, 3, 7, 4)], attention(), attrs(), domain=OURS, n_out=2,
          id="Attention-math-value-head-size"),
     Case("Attention", [_q, _kv_one_head, _kv_one_head, _mask4], attention(math=True), attrs(), domain=OURS, n_out=2,
-         id="Attention-math-broadcast-heads"),
+         id="Attention-one-kv-head-mask"),
     # Dropout: eager's draws (seeded), and the backward (test_op_gradients.py) replays them from the
     # returned generator state, against autograd through eager's own mask.
     Case("Attention", [_q5, _k5, _v5], attention_dropout(0.3, causal=True), dict(attrs(True), dropout=0.3),
          domain=OURS, n_out=5, seed=11, id="Attention-dropout-seeded"),
+    # Grouped K and V: flash takes them as they are; the math path (V's head size unlike Q's)
+    # repeats them and sums the repeated heads' gradients.
+    Case("Attention", [_qg, _kg, _vg], attention(causal=True), attrs(True), domain=OURS, n_out=2,
+         id="Attention-grouped-causal"),
+    Case("Attention", [_qg, _kg, _vg, _mask4], attention(), attrs(), domain=OURS, n_out=2, id="Attention-grouped-mask"),
+    Case("Attention", [_qg, _kg, f(2, 2, 7, 4)], attention(math=True), attrs(), domain=OURS, n_out=2,
+         id="Attention-grouped-math"),
+    Case("AttentionGrad", grad_inputs(_qg, _kg, _vg, causal=True), attention_grad(causal=True), attrs(True),
+         domain=OURS, n_out=3, id="AttentionGrad-grouped-causal"),
+    Case("AttentionGrad", grad_inputs(_qg, _kg, f(2, 2, 7, 4), _mask2), attention_grad(), attrs(), domain=OURS,
+         n_out=3, id="AttentionGrad-grouped-math"),
     Case("AttentionGrad", grad_inputs(_q5, _k5, _v5, causal=True), attention_grad(causal=True), attrs(True),
          domain=OURS, n_out=3, id="AttentionGrad-causal"),
     Case("AttentionGrad", grad_inputs(_q, _k, _v, _mask4), attention_grad(), attrs(), domain=OURS, n_out=3,
