@@ -156,8 +156,6 @@ using at::SDPBackend;
 // path gives the same result without the copies).
 // With dropout the choice is eager's for the same rate (on the CPU: math, which has the only CPU
 // dropout).
-AttnArgs the_args_for(AttnArgs a, SDPBackend backend);
-
 // Grouped K and V: flash attention where eager's choice with enable_gqa is flash (which takes the
 // grouped heads); otherwise the choice for K and V repeated to Q's heads (the tensors eager runs
 // on after Hugging Face's repeat_kv), which the_args_for then repeats: only flash runs them grouped.
@@ -174,7 +172,12 @@ SDPBackend choose_backend(const AttnArgs& a, bool training) {
   }
   const auto b = static_cast<SDPBackend>(choice);
   if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
-  if (gqa && b != SDPBackend::flash_attention) return choose_backend(the_args_for(a, b), training);
+  if (gqa && b != SDPBackend::flash_attention) {  // the choice reads metadata only: no repeat made for it
+    AttnArgs repeated = a;
+    for (at::Tensor* t : {&repeated.k, &repeated.v})
+      *t = at::empty({t->size(0), a.q.size(1), t->size(2), t->size(3)}, t->options());  // repeat_heads' layout
+    return choose_backend(repeated, training);
+  }
   if (b == SDPBackend::flash_attention || b == SDPBackend::efficient_attention || b == SDPBackend::cudnn_attention)
     return b;
   return SDPBackend::math;
