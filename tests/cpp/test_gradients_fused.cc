@@ -197,6 +197,21 @@ const bool kRefFusedElementwiseGrad = ref::register_op(kOurDomain, "FusedElement
     }
     for (size_t i = 0; i < xs.size(); ++i) grads[i].reals[source_offset(idx, xs[i]->shape)] += din[i];
   }
+  // join (passes/split_grad_join.cc): the listed inputs' gradients side by side along the last dim,
+  // in output join[0]; the others' outputs absent.
+  const std::vector<int64_t> join = n.attrs.get_ints("join", {});
+  if (join.empty()) return grads;
+  const Dims& piece = grads.at(join[0]).shape;
+  const int64_t cols = piece.back(), rows = grads[join[0]].numel() / cols, width = cols * int64_t(join.size());
+  Dims shape = piece;
+  shape.back() = width;
+  Tensor joint = ref::zeros(grads[join[0]].dtype, shape);
+  for (size_t q = 0; q < join.size(); ++q) {
+    if (grads.at(join[q]).shape != piece) ref::fail(n, "joined gradients must share one shape");
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) joint.reals[r * width + int64_t(q) * cols + k] = grads[join[q]].reals[r * cols + k];
+  }
+  grads[join[0]] = joint;
   return grads;
 });
 

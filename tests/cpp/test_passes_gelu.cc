@@ -1,14 +1,17 @@
 // bias_gelu_fusion and elementwise_chain_fusion: structure after each pass on tiny graphs — fires,
 // does not fire when an intermediate is read elsewhere or a shape/constant condition fails, a
-// second run changes nothing, and the verifier accepts every result.
+// second run changes nothing, and the verifier accepts every result. And split_grad_join on the
+// training graph of a fused chain over a Split's halves.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "csrc/core/autodiff/gradient_builder.h"
 #include "csrc/core/ir/verifier.h"
 #include "csrc/core/passes/pass.h"
 #include "tests/cpp/ir_builders.h"
+#include "tests/cpp/reference_eval.h"
 
 namespace torch_ort {
 namespace {
@@ -316,6 +319,87 @@ TEST(FusedGradients, FusedElementwiseEmitsOnlyTheNeededInputGradients) {
   ASSERT_EQ(n->outputs.size(), 2u);
   EXPECT_EQ(n->outputs[1], kNoValue) << "b needs no gradient";
   EXPECT_EQ(tg.input_grads[1], kNoValue);
+}
+
+// X (3, 2·5) split in two halves along the last dim, then one fused chain over both (SwiGLU-like:
+// a·sigmoid(a)·b): the chain's gradients are exactly the SplitGrad's pieces.
+Graph split_chain() {
+  Graph g;
+  const Shape half = Shape::of({Dim::known(3), Dim::known(5)});
+  ValueId x = fv(g, "x", Shape::of({Dim::known(3), Dim::known(10)}));
+  ValueId a = fv(g, "a", half), b = fv(g, "b", half), s = fv(g, "s", half), as = fv(g, "as", half),
+          y = fv(g, "y", half);
+  g.inputs = {x};
+  add_node(g, "Split", {x}, {a, b}, "split").attrs.set("axis", int64_t{-1});
+  add_node(g, "Sigmoid", {a}, {s}, "sigmoid");
+  add_node(g, "Mul", {a, s}, {as}, "silu");
+  add_node(g, "Mul", {as, b}, {y}, "gate");
+  g.outputs = {y};
+  return g;
+}
+
+TEST(SplitGradJoin, TheChainWritesBothHalvesOfTheSplitsGradient) {
+  Graph g = split_chain();
+  ASSERT_TRUE(make_elementwise_chain_fusion_pass()->run(g));
+  TrainingGraph before = build_training_graph(g, {true});
+  TrainingGraph tg = before;
+  ASSERT_EQ(count_backward(tg, "SplitGrad"), 1);
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(make_split_grad_join_pass());
+  passes.push_back(make_dce_pass());
+  PipelineOptions opts;
+  opts.verify_after_each = true;
+  EXPECT_EQ(run_training_pipeline(tg, passes, opts), (std::vector<std::string>{"split_grad_join", "dce"}));
+  EXPECT_EQ(count_backward(tg, "SplitGrad"), 0);
+  const Node* f = backward_producer(tg, tg.input_grads[0]);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->op_type, "FusedElementwiseGrad");
+  EXPECT_EQ(f->attrs.get_ints("join", {}), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(f->outputs[0], tg.input_grads[0]);
+  EXPECT_EQ(f->outputs[1], kNoValue);
+  EXPECT_EQ(tg.graph.value(tg.input_grads[0]).shape.to_string(), "[3,10]");
+
+  // The same dX through the reference evaluator.
+  auto dx_of = [](const TrainingGraph& t) {
+    const Graph e = as_exportable_graph(t);
+    std::map<ValueId, ref::Tensor> feeds;
+    double v = 0.1;
+    for (ValueId in : e.inputs) {
+      ref::Dims dims;
+      for (const Dim& d : e.value(in).shape.dims) dims.push_back(d.value);
+      ref::Tensor x = ref::zeros(e.value(in).dtype, dims);
+      for (int64_t i = 0; i < x.numel(); ++i) x.reals[i] = (v = std::fmod(v * 7.3 + 0.37, 2.0)) - 1.0;
+      feeds[in] = x;
+    }
+    return ref::evaluate(e, feeds).at(t.input_grads[0]).reals;
+  };
+  const std::vector<double> want = dx_of(before), got = dx_of(tg);
+  ASSERT_EQ(got.size(), 30u);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+TEST(SplitGradJoin, LeavesAPieceReadElsewhereAndOtherAxes) {
+  for (const char* why : {"a piece also read elsewhere", "split along another axis"}) {
+    Graph g = split_chain();
+    if (std::string(why) == "split along another axis") {
+      g.nodes[0].attrs.set("axis", int64_t{0});
+      g.value(*g.find("x")).shape = Shape::of({Dim::known(6), Dim::known(5)});
+    }
+    ASSERT_TRUE(make_elementwise_chain_fusion_pass()->run(g));
+    TrainingGraph tg = build_training_graph(g, {true});
+    if (std::string(why) == "a piece also read elsewhere") {
+      const Node* s = nullptr;
+      for (const Node& n : tg.graph.nodes)
+        if (n.op_type == "SplitGrad") s = &n;
+      ASSERT_NE(s, nullptr);
+      tg.graph.outputs.push_back(s->inputs[2]);
+    }
+    ASSERT_EQ(count_backward(tg, "SplitGrad"), 1) << why;
+    std::vector<std::unique_ptr<Pass>> passes;
+    passes.push_back(make_split_grad_join_pass());
+    EXPECT_TRUE(run_training_pipeline(tg, passes, PipelineOptions{}).empty()) << why;
+    EXPECT_EQ(count_backward(tg, "SplitGrad"), 1) << why;
+  }
 }
 
 }  // namespace

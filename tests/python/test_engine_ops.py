@@ -54,6 +54,22 @@ def test_attention_heads_that_neither_match_nor_group_are_an_error_naming_them(k
         engine.forward(feeds)
 
 
+@pytest.mark.parametrize("inputs, join, width, why", [
+    ([f(4, 6), f(4, 6), f(6)], [0, 2], 12, r"join: input 2 of shape \[6\] is not of the output's shape \[4, 6\]"),
+    ([f(4, 6), f(4, 6)], [0], 6, r"join must name two inputs or more, got \[0\]"),
+    ([f(4, 6), f(4, 6)], [0, 0], 12, r"join \[0, 0\] must name distinct inputs of the 2"),
+])
+def test_a_join_the_fused_gradient_cannot_write_is_an_error_naming_it(inputs, join, width, why):
+    ops = ["Mul", "Add"] if len(inputs) == 3 else ["Mul"]
+    operands = [0, 1, len(inputs), 2] if len(inputs) == 3 else [0, 1]
+    case = Case("FusedElementwiseGrad", [f(4, 6)] + inputs, None, dict(ops=ops, operands=operands, join=join),
+                domain=OURS)
+    model, feeds = single_node_model(case, [torch.zeros(4, width)])
+    engine = _C.Engine(model, False, [False] * len(feeds))
+    with pytest.raises(_C.KernelError, match=why):
+        engine.forward(feeds)
+
+
 # Kernels a single-node model cannot drive, and where they are tested instead.
 NO_SINGLE_NODE_CASE = {
     "com.torch_ort::ATenOpGrad": "reads the autograd history ATenOp's forward made; "

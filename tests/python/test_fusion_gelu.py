@@ -145,6 +145,9 @@ class SwiGLU(torch.nn.Module):
 
 @pytest.mark.parametrize("width", [100, 3000])  # rows shorter than a tile (tiles straddle rows), longer
 def test_fused_chain_reads_row_strided_halves_in_place(strict, width):
+    """The chain reads the halves where they lie (forward and backward), and its backward writes
+    the two halves' gradients side by side into the projection's gradient (split_grad_join): no
+    copy, no concatenation. Parity with eager over two steps."""
     torch.manual_seed(0)
     eager = SwiGLU(48, width)
     ours = ORTModule(copy.deepcopy(eager))
@@ -166,6 +169,11 @@ def test_fused_chain_reads_row_strided_halves_in_place(strict, width):
     copies = [e.name for e in prof.events() if e.name in ("aten::contiguous", "aten::clone", "aten::copy_")
               and any(p.name.startswith("torch_ort::FusedElementwise") for p in ancestors(e))]
     assert not copies, copies
+    assert not [e for e in prof.events() if e.name in ("torch_ort::SplitGrad", "aten::cat")]
+    (engine,) = next(iter(ours._plan_cache.runners()))._engines.values()
+    grads = [n for n in onnx.load_from_string(engine.training_graph_onnx()).graph.node
+             if n.op_type == "FusedElementwiseGrad"]
+    assert [[a.ints for a in n.attribute if a.name == "join"] for n in grads] == [[[0, 1]]]
 
 
 def ancestors(event):

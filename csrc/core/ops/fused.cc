@@ -57,9 +57,21 @@ void broadcast_inputs(ShapeCtx& c) {
 // BiasGeluGrad(dY, X, [bias]) -> dX: X's shape.
 void like_input1(ShapeCtx& c) { c.set(0, c.in(1)); }
 
-// FusedElementwiseGrad(dY, inputs...) -> one gradient per forward input, shaped as it.
+// FusedElementwiseGrad(dY, inputs...) -> one gradient per forward input, shaped as it; with
+// `join` (passes/split_grad_join.cc) output join[0] holds the listed inputs' gradients side by
+// side along the last dim.
 void like_forward_inputs(ShapeCtx& c) {
   for (int k = 0; k < c.num_outputs(); ++k) c.set(k, c.in(k + 1));
+  const std::vector<int64_t> join = c.attrs().get_ints("join", {});
+  if (join.empty() || join[0] < 0 || join[0] >= c.num_outputs()) return;
+  Shape joint = c.in(join[0] + 1);
+  if (!joint.rank_known || joint.rank() == 0) return;
+  for (size_t q = 1; q < join.size(); ++q) {
+    const Shape piece = c.in(join[q] + 1);
+    joint.dims.back() = piece.rank_known && piece.rank() == joint.rank() ? dim_add(joint.dims.back(), piece.dims.back())
+                                                                         : Dim{};
+  }
+  c.set(join[0], joint);
 }
 
 Shape swapped_last2(Shape s) {

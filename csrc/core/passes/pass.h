@@ -63,5 +63,6 @@ std::unique_ptr<Pass> make_bias_dropout_fusion_pass();  // Add(bias) + Dropout +
 std::unique_ptr<Pass> make_matmul_bias_fusion_pass();  // MatMul + bias Add -> FusedMatMul (addmm)
 std::unique_ptr<Pass> make_transpose_matmul_fusion_pass();  // Transpose(last 2 dims) -> GEMM flags
 std::unique_ptr<Pass> make_elementwise_chain_fusion_pass();  // elementwise chains -> FusedElementwise
+std::unique_ptr<Pass> make_split_grad_join_pass();  // SplitGrad of one FusedElementwiseGrad's outputs -> its join
 
 }  // namespace torch_ort

@@ -54,6 +54,8 @@ std::vector<std::unique_ptr<Pass>> default_training_pipeline() {
   p.push_back(make_constant_folding_pass());
   p.push_back(make_cse_pass());  // after folding, whose equal constants it merges
   p.push_back(make_transpose_matmul_fusion_pass());  // after cse: one Transpose per weight left
+  // split_grad_join: the gradients of a fused chain over a Split's pieces written side by side.
+  p.push_back(make_split_grad_join_pass());
   // dce last, as in the forward pipeline: the rewrites above orphan the nodes they bypassed.
   p.push_back(make_dce_pass());
   return p;

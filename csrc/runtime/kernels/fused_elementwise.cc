@@ -3,7 +3,10 @@
 // tile by tile. Forward keeps every intermediate of a tile in a per-thread buffer (kTile floats per
 // instruction) and writes only the result; backward recomputes the tile's intermediates, then
 // walks the program backwards accumulating adjoints, and writes only the requested input
-// gradients (broadcast inputs summed to their shapes afterwards). Each op's forward and
+// gradients (broadcast inputs summed to their shapes afterwards); with a `join` attribute
+// (passes/split_grad_join.cc) the listed inputs' gradients are written side by side along the
+// last dim into one buffer, output join[0], where a SplitGrad would have concatenated them (tiles
+// then stay within a row). Each op's forward and
 // derivative formulas are written once, as templates, and instantiated on float (the tile loops)
 // and on at::Tensor (the unfused ATen reference, run for non-fp32 dtypes and non-CPU devices).
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/erf.h>
 #include <ATen/ops/exp.h>
@@ -403,6 +407,27 @@ std::vector<char> adjoint_needed(const Program& p, const std::vector<char>& want
   return need;
 }
 
+// The `join` attribute: input positions whose gradients go side by side along the last dim, in
+// this order, into output join[0] (the others' outputs are absent). Each position once, at least
+// two, every one of the output's full shape (no broadcast input).
+std::vector<int64_t> joined_inputs(const KernelCtx& c, const std::vector<at::Tensor>& ins,
+                                   const std::vector<int64_t>& shape) {
+  const std::vector<int64_t> join = c.attrs.get_ints("join", {});
+  if (join.empty()) return join;
+  std::vector<char> seen(ins.size(), 0);
+  for (int64_t j : join) {
+    if (j < 0 || j >= static_cast<int64_t>(ins.size()) || seen[j])
+      c.fail("join " + c10::str(c10::IntArrayRef(join)) + " must name distinct inputs of the " +
+             std::to_string(ins.size()));
+    seen[j] = 1;
+    if (shape.empty() || ins[j].sizes() != at::IntArrayRef(shape))
+      c.fail("join: input " + std::to_string(j) + " of shape " + c10::str(ins[j].sizes()) +
+             " is not of the output's shape " + c10::str(at::IntArrayRef(shape)) + " (rank 1 or more)");
+  }
+  if (join.size() < 2) c.fail("join must name two inputs or more, got " + c10::str(c10::IntArrayRef(join)));
+  return join;
+}
+
 void fused_elementwise_grad_kernel(KernelCtx& c) {
   const std::vector<at::Tensor> ins = inputs_from(c, 1);
   const Program p = parse(c, static_cast<int64_t>(ins.size()));
@@ -411,8 +436,11 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
   if (dy.sizes() != at::IntArrayRef(shape) || dy.scalar_type() != ins[0].scalar_type())
     c.fail("dY " + c10::str(dy.sizes()) + " must have the output's shape " + c10::str(at::IntArrayRef(shape)) +
            " and the inputs' dtype");
+  const std::vector<int64_t> join = joined_inputs(c, ins, shape);
+  std::vector<int64_t> join_slot(ins.size(), -1);  // per input: its place in `join`, -1 if none
+  for (size_t q = 0; q < join.size(); ++q) join_slot[join[q]] = static_cast<int64_t>(q);
   std::vector<char> want(ins.size(), 0);
-  for (size_t i = 0; i < ins.size(); ++i) want[i] = c.output_wanted(static_cast<int>(i));
+  for (size_t i = 0; i < ins.size(); ++i) want[i] = c.output_wanted(static_cast<int>(i)) || join_slot[i] >= 0;
   const std::vector<char> need = adjoint_needed(p, want);
   const size_t last = p.code.size() - 1;
 
@@ -442,11 +470,15 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
           if (in.op != Op::kPow) add_to(in.b, grad_b<op, at::Tensor>(adj[k], a, b, v[k]));
       });
     }
+    std::vector<at::Tensor> pieces(join.size());
     for (size_t i = 0; i < ins.size(); ++i) {
       if (!want[i]) continue;
       at::Tensor g = gin[i].defined() ? gin[i] : at::zeros(shape, ins[i].options());
-      c.set_output(static_cast<int>(i), g.sizes() == ins[i].sizes() ? g : g.sum_to_size(ins[i].sizes()));
+      g = g.sizes() == ins[i].sizes() ? g : g.sum_to_size(ins[i].sizes());
+      if (join_slot[i] >= 0) pieces[join_slot[i]] = std::move(g);
+      else c.set_output(static_cast<int>(i), std::move(g));
     }
+    if (!join.empty()) c.set_output(static_cast<int>(join[0]), at::cat(pieces, -1));
     return;
   }
 
@@ -458,12 +490,23 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
   std::vector<at::Tensor> gfull(ins.size());
   std::vector<float*> gptr(ins.size(), nullptr);
   for (size_t i = 0; i < ins.size(); ++i)
-    if (want[i]) {
+    if (want[i] && join_slot[i] < 0) {
       gfull[i] = at::empty(shape, ins[i].options());
       gptr[i] = gfull[i].data_ptr<float>();
     }
   const int64_t n = dy.numel(), cols = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
-  const int64_t tiles = (n + kTile - 1) / kTile;
+  // The joined gradients: rows of join.size()·cols, piece q at column q·cols. Their tiles then
+  // never cross a row, so each piece of a tile is one run of the joint buffer, written in place.
+  at::Tensor joint;
+  if (!join.empty()) {
+    std::vector<int64_t> sizes = shape;
+    sizes.back() *= static_cast<int64_t>(join.size());
+    joint = at::empty(sizes, ins[join[0]].options());
+  }
+  float* const joint_ptr = joint.defined() ? joint.data_ptr<float>() : nullptr;
+  const int64_t joint_ld = cols * static_cast<int64_t>(join.size());
+  const int64_t per_row = (cols + kTile - 1) / kTile;  // joined: a row's tiles
+  const int64_t tiles = join.empty() ? (n + kTile - 1) / kTile : n / cols * per_row;
   const size_t nk = p.code.size();
   at::parallel_for(0, tiles, 1, [&](int64_t tb, int64_t te) {
     // regs (nk), adjoints (nk), two staging buffers for operands.
@@ -473,17 +516,24 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
     for (size_t k = 0; k < nk; ++k) adj.push_back(buf.data() + (nk + k) * kTile);
     float* stage_a = buf.data() + 2 * nk * kTile;
     float* stage_b = stage_a + kTile;
+    std::vector<float*> pieces(join.size());  // this tile's run of each joined gradient
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t begin = t * kTile, len = std::min(kTile, n - begin);
+      const int64_t begin = join.empty() ? t * kTile : t / per_row * cols + t % per_row * kTile;
+      const int64_t len = join.empty() ? std::min(kTile, n - begin) : std::min(kTile, cols - begin % cols);
       run_tile(p, ops, regs, stage_a, stage_b, begin, len, cols);
       for (size_t k = 0; k < nk; ++k)
         if (need[k]) std::fill(adj[k], adj[k] + len, 0.0f);
       std::copy(dyp + begin, dyp + begin + len, adj[last]);
       for (size_t i = 0; i < ins.size(); ++i)
-        if (want[i]) std::fill(gptr[i] + begin, gptr[i] + begin + len, 0.0f);
-      // Where operand o's adjoint accumulates: a register, a gradient output, or nowhere.
+        if (gptr[i]) std::fill(gptr[i] + begin, gptr[i] + begin + len, 0.0f);
+      for (size_t q = 0; q < join.size(); ++q) {
+        pieces[q] = joint_ptr + begin / cols * joint_ld + static_cast<int64_t>(q) * cols + begin % cols;
+        std::fill(pieces[q], pieces[q] + len, 0.0f);
+      }
+      // Where operand o's adjoint accumulates: a register, a gradient output (or its piece), or nowhere.
       auto sink = [&](int64_t o) -> float* {
         if (o < 0) return nullptr;
+        if (o < p.n_inputs && join_slot[o] >= 0) return pieces[join_slot[o]];
         if (o < p.n_inputs) return want[o] ? gptr[o] + begin : nullptr;
         return need[o - p.n_inputs] ? adj[o - p.n_inputs] : nullptr;
       };
@@ -522,8 +572,9 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
       }
     }
   });
+  if (joint.defined()) c.set_output(static_cast<int>(join[0]), joint);
   for (size_t i = 0; i < ins.size(); ++i)
-    if (want[i])
+    if (gptr[i])
       c.set_output(static_cast<int>(i),
                    gfull[i].sizes() == ins[i].sizes() ? gfull[i] : gfull[i].sum_to_size(ins[i].sizes()));
 }

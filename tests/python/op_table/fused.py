@@ -51,6 +51,19 @@ def fe(attrs, inputs, id, grad=True):
     return rows
 
 
+# a·sigmoid(a)·b over two halves (a fused gate/up projection's SwiGLU): Sigmoid(a), Mul(a, ·), Mul(·, b).
+SWIGLU = dict(ops=["Sigmoid", "Mul", "Mul"], operands=[0, 0, 0, 2, 3, 1])
+
+
+def joined(attrs, inputs, id):
+    """FusedElementwiseGrad with `join` = [0, 1]: both inputs' gradients side by side along the last
+    dim in output 0 (split_grad_join), as SplitGrad would have concatenated them."""
+    out = run_program(attrs, *inputs)
+    return Case("FusedElementwiseGrad", [f(*out.shape, dtype=out.dtype)] + inputs,
+                lambda *a: torch.cat(program_grads(attrs)(*a), -1), attrs=dict(attrs, join=[0, 1]), domain=OURS,
+                id=f"FusedElementwiseGrad-join-{id}")
+
+
 # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as HF GPT-2's gelu_new exports (one input x).
 GELU_NEW = dict(ops=["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"],
                 operands=[0, -1, 0, -2, 2, -3, 0, 3, 4, -4, 5, 0, 6, -5, 1, 7],
@@ -149,6 +162,9 @@ CASES = [
     *fe(MIXED, [f(4, 9), pos(4, 9)], "mixed-unary"),
     *fe(SCALE, [f(2, 5), f(1)], "scalar-input"),
     *fe(GELU_NEW, [f(4, 5, dtype=torch.float64)], "f64-reference"),
+    joined(SWIGLU, [f(6, 100), f(6, 100)], "short-rows"),             # tiles of one row each
+    joined(SWIGLU, [f(2, 3, 2500), f(2, 3, 2500)], "long-rows-3d"),  # two tiles per row
+    joined(SWIGLU, [f(3, 7, dtype=torch.float64), f(3, 7, dtype=torch.float64)], "f64-reference"),
     fmm([f(2, 3, 4), f(5, 4), f(5)], tb=1, id="linear-3d"),              # x·Wᵀ + b, one addmm over rows,
     fmm([f(3, 4), f(4, 5), f(5)], id="2d-bias"),
     fmm([f(4, 3), f(5, 4), f(5)], ta=1, tb=1, alpha=0.5, id="2d-trans-alpha"),
