@@ -378,12 +378,19 @@ TEST(SplitGradJoin, TheChainWritesBothHalvesOfTheSplitsGradient) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
 }
 
-TEST(SplitGradJoin, LeavesAPieceReadElsewhereAndOtherAxes) {
-  for (const char* why : {"a piece also read elsewhere", "split along another axis"}) {
+TEST(SplitGradJoin, LeavesAPieceReadElsewhereOtherAxesAndBroadcastPieces) {
+  for (const char* why : {"a piece also read elsewhere", "split along another axis", "a piece broadcast"}) {
     Graph g = split_chain();
     if (std::string(why) == "split along another axis") {
       g.nodes[0].attrs.set("axis", int64_t{0});
       g.value(*g.find("x")).shape = Shape::of({Dim::known(6), Dim::known(5)});
+    }
+    if (std::string(why) == "a piece broadcast") {  // x (3, 6) split [1, 5]: a (3, 1) broadcast against b
+      g.value(*g.find("x")).shape = Shape::of({Dim::known(3), Dim::known(6)});
+      ValueId sizes = g.add_value("sizes", DType::kInt64, Shape::of({Dim::known(2)}));
+      g.initializers[sizes] = TensorData::from_int64s({1, 5});
+      g.nodes[0].inputs.push_back(sizes);
+      for (const char* v : {"a", "s", "as"}) g.value(*g.find(v)).shape = Shape::of({Dim::known(3), Dim::known(1)});
     }
     ASSERT_TRUE(make_elementwise_chain_fusion_pass()->run(g));
     TrainingGraph tg = build_training_graph(g, {true});

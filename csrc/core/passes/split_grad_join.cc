@@ -7,8 +7,9 @@
 //     -> FusedElementwiseGrad<join = [1, 2]>(dY, gate, up) -> (dX, -)
 //
 // The backward of a fused gate/up projection split in two halves feeding one elementwise chain
-// (SwiGLU of the experts of Mixtral and Qwen2-MoE, Phi-3's MLP). Each piece must be a gradient
-// of the piece's full shape (not one summed down from a broadcast); the kernel checks it.
+// (SwiGLU of the experts of Mixtral and Qwen2-MoE, Phi-3's MLP). Each piece must have the chain's
+// own shape (dY's; not a gradient summed down from a broadcast input): the pass proves it from the
+// shapes, and the kernel checks it.
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -39,7 +40,16 @@ std::optional<std::pair<NodeId, std::vector<int64_t>>> pieces_of(const Graph& g,
     if (std::find(positions.begin(), positions.end(), k) != positions.end()) return std::nullopt;
     positions.push_back(k);
   }
-  if (g.nodes[feg].attrs.has("join")) return std::nullopt;
+  // Every piece of the chain's own shape (dY's): no broadcast input, whose gradient is summed down.
+  const Node& f = g.nodes[feg];
+  if (f.attrs.has("join") || !has_input(f, 0)) return std::nullopt;
+  const Shape& full = g.value(f.inputs[0]).shape;
+  for (int64_t k : positions) {
+    const Shape& piece = g.value(f.outputs[static_cast<size_t>(k)]).shape;
+    if (!full.rank_known || !piece.rank_known || piece.rank() != full.rank()) return std::nullopt;
+    for (int64_t d = 0; d < full.rank(); ++d)
+      if (!piece.dims[d].same_as(full.dims[d])) return std::nullopt;
+  }
   return std::make_pair(feg, positions);
 }
 
