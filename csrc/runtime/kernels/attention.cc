@@ -172,7 +172,7 @@ SDPBackend choose_backend(const AttnArgs& a, bool training) {
   }
   const auto b = static_cast<SDPBackend>(choice);
   if (b == SDPBackend::flash_attention && a.q.is_cuda() && a.q.size(3) % 8 != 0) return SDPBackend::math;
-  if (gqa && b != SDPBackend::flash_attention) {  // the choice reads metadata only: no repeat made for it
+  if (gqa && b != SDPBackend::flash_attention) {  // the choice reads metadata: empty tensors, no copy
     AttnArgs repeated = a;
     for (at::Tensor* t : {&repeated.k, &repeated.v})
       *t = at::empty({t->size(0), a.q.size(1), t->size(2), t->size(3)}, t->options());  // repeat_heads' layout

@@ -163,6 +163,7 @@ CASES = [
     *fe(SCALE, [f(2, 5), f(1)], "scalar-input"),
     *fe(GELU_NEW, [f(4, 5, dtype=torch.float64)], "f64-reference"),
     joined(SWIGLU, [f(6, 100), f(6, 100)], "short-rows"),             # tiles of one row each
+    joined(SWIGLU, [f(9, 5), f(9, 5)], "narrow-rows"),                # computed apart, then concatenated
     joined(SWIGLU, [f(2, 3, 2500), f(2, 3, 2500)], "long-rows-3d"),  # two tiles per row
     joined(SWIGLU, [f(3, 7, dtype=torch.float64), f(3, 7, dtype=torch.float64)], "f64-reference"),
     fmm([f(2, 3, 4), f(5, 4), f(5)], tb=1, id="linear-3d"),              # x·Wᵀ + b, one addmm over rows,
