@@ -1,20 +1,16 @@
 // Kernels of com.torch_ort::FusedElementwise(inputs...) and FusedElementwiseGrad(dY, inputs...):
-// the small program elementwise_chain_fusion.cc writes (ops / operands / consts attributes), run
-// tile by tile. Forward keeps every intermediate of a tile in a per-thread buffer (kTile floats per
-// instruction) and writes only the result; backward recomputes the tile's intermediates, then
-// walks the program backwards accumulating adjoints, and writes only the requested input
-// gradients (broadcast inputs summed to their shapes afterwards); with a `join` attribute
-// (passes/split_grad_join.cc) the listed inputs' gradients are written side by side along the
-// last dim into one buffer, output join[0], where a SplitGrad would have concatenated them (tiles
-// then stay within a row). Each op's forward and
-// derivative formulas are written once, as templates, and instantiated on float (the tile loops)
-// and on at::Tensor (the unfused ATen reference, run for non-fp32 dtypes and non-CPU devices).
+// the small program elementwise_chain_fusion.cc writes (fused_elementwise_program.h: its
+// instructions and their formulas), run tile by tile. Forward keeps every intermediate of a tile
+// in a per-thread buffer (kTile floats per instruction) and writes only the result; backward
+// recomputes the tile's intermediates, then walks the program backwards accumulating adjoints,
+// and writes only the requested input gradients (broadcast inputs summed to their shapes
+// afterwards); with a `join` attribute (passes/split_grad_join.cc) the listed inputs' gradients
+// are written side by side along the last dim into one buffer, output join[0], where a SplitGrad
+// would have concatenated them (tiles then stay within a row). Non-fp32 dtypes and non-CPU
+// devices run the unfused ATen reference (the formulas on at::Tensor).
 #include <algorithm>
-#include <cmath>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -23,24 +19,17 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/erf.h>
-#include <ATen/ops/exp.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/log.h>
-#include <ATen/ops/pow.h>
-#include <ATen/ops/relu.h>
-#include <ATen/ops/sigmoid.h>
-#include <ATen/ops/sqrt.h>
-#include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros.h>
 
-#include "csrc/core/ir/op_traits.h"
 #include "csrc/runtime/kernel.h"
 #include "csrc/runtime/kernels/cpu/gelu.h"
 
 // The project builds with -O2, whose "very cheap" vectoriser leaves these variable-length tile loops
 // scalar; O3's vectoriser turns the arithmetic instructions' loops into SSE code.
 #pragma GCC optimize("O3")
+// After the pragma: the program's formulas, inlined into those loops, are defined under it too.
+#include "csrc/runtime/kernels/fused_elementwise_program.h"
 
 namespace torch_ort::kernels {
 namespace {
@@ -51,169 +40,7 @@ constexpr int64_t kTile = 2048;  // floats per buffer: 8 KiB, a program's buffer
 // 6.5 ms for the flat loop and its concatenation.
 constexpr int64_t kJoinedRowMin = 64;
 
-enum class Op { kAdd, kSub, kMul, kDiv, kPow, kNeg, kExp, kLog, kTanh, kSigmoid, kRelu, kSqrt, kErf, kReciprocal };
-
-struct Instr {
-  Op op;
-  int64_t a, b;  // operands, encoded as in the pass: input, instruction (>= n_inputs), const (< 0)
-  float p;       // Pow's constant exponent
-};
-
-struct Program {
-  std::vector<Instr> code;
-  std::vector<float> consts;
-  int64_t n_inputs = 0;
-};
-
-bool is_unary(Op op) { return op >= Op::kNeg; }
-
-// Each instruction's formulas, by name. Which ops are instructions, and which take one operand,
-// is their FusedInstr trait (csrc/core/ops/elementwise.cc), which elementwise_chain_fusion
-// emits; checked once against this table, so a trait line without formulas here (or the other
-// way round) fails on the first program instead of at an unlucky fusion.
-const std::vector<std::pair<const char*, Op>>& instructions() {
-  static const std::vector<std::pair<const char*, Op>> names = [] {
-    std::vector<std::pair<const char*, Op>> t{
-        {"Add", Op::kAdd},   {"Sub", Op::kSub},   {"Mul", Op::kMul},         {"Div", Op::kDiv},
-        {"Pow", Op::kPow},   {"Neg", Op::kNeg},   {"Exp", Op::kExp},         {"Log", Op::kLog},
-        {"Tanh", Op::kTanh}, {"Sigmoid", Op::kSigmoid}, {"Relu", Op::kRelu}, {"Sqrt", Op::kSqrt},
-        {"Erf", Op::kErf},   {"Reciprocal", Op::kReciprocal}};
-    for (const auto& [name, op] : t) {
-      const OpTraits* traits = find_op("", name);
-      const FusedInstr want = is_unary(op) ? FusedInstr::kUnary : FusedInstr::kBinary;
-      if (!traits || traits->fused != want)
-        throw std::logic_error(std::string("FusedElementwise: ") + name + "'s FusedInstr trait (csrc/core/ops/) "
-                               "does not match the kernel's formulas");
-    }
-    size_t with_trait = 0;
-    for (const std::string& key : op_traits_ops())
-      if (key.rfind("::", 0) == 0 && find_op("", key.substr(2))->fused != FusedInstr::kNone) ++with_trait;
-    if (with_trait != t.size())
-      throw std::logic_error("FusedElementwise: an op has a FusedInstr trait (csrc/core/ops/) but no formulas here");
-    return t;
-  }();
-  return names;
-}
-
-Program parse(const KernelCtx& c, int64_t n_inputs) {
-  const std::vector<std::pair<const char*, Op>>& names = instructions();
-  Program p;
-  p.n_inputs = n_inputs;
-  p.consts = c.attrs.get_floats("consts", {});
-  const std::vector<std::string> ops = c.attrs.get_strings("ops", {});
-  const std::vector<int64_t> operands = c.attrs.get_ints("operands", {});
-  if (ops.empty() || operands.size() != 2 * ops.size())
-    c.fail("needs a program: 'ops' (n > 0 names) and 'operands' (2n ints), got " + std::to_string(ops.size()) +
-           " ops and " + std::to_string(operands.size()) + " operands");
-  for (size_t k = 0; k < ops.size(); ++k) {
-    auto it = std::find_if(names.begin(), names.end(), [&](const auto& e) { return ops[k] == e.first; });
-    if (it == names.end()) c.fail("instruction " + std::to_string(k) + ": unsupported op '" + ops[k] + "'");
-    Instr in{it->second, operands[2 * k], operands[2 * k + 1], 0.0f};
-    const int64_t limit = n_inputs + static_cast<int64_t>(k);  // inputs and earlier results only
-    auto check = [&](int64_t o) {
-      if (o >= limit || (o < 0 && -o - 1 >= static_cast<int64_t>(p.consts.size())))
-        c.fail("instruction " + std::to_string(k) + " (" + ops[k] + "): operand " + std::to_string(o) +
-               " is neither an input, an earlier result nor a constant");
-    };
-    check(in.a);
-    if (!is_unary(in.op)) check(in.b);
-    if (in.op == Op::kPow) {
-      if (in.b >= 0) c.fail("instruction " + std::to_string(k) + ": Pow's exponent must be a constant");
-      in.p = p.consts[-in.b - 1];
-    }
-    p.code.push_back(in);
-  }
-  return p;
-}
-
-// ---- math on float and on at::Tensor, so each formula below is written once.
-inline float m_exp(float x) { return std::exp(x); }
-inline float m_log(float x) { return std::log(x); }
-inline float m_tanh(float x) { return std::tanh(x); }
-inline float m_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float m_relu(float x) { return x > 0.0f ? x : 0.0f; }
-inline float m_sqrt(float x) { return std::sqrt(x); }
-inline float m_erf(float x) { return std::erf(x); }
-inline float m_pow(float x, float p) { return p == 2.0f ? x * x : p == 3.0f ? x * x * x : std::pow(x, p); }
-inline float m_pos(float x) { return x > 0.0f ? 1.0f : 0.0f; }
-inline at::Tensor m_exp(const at::Tensor& x) { return at::exp(x); }
-inline at::Tensor m_log(const at::Tensor& x) { return at::log(x); }
-inline at::Tensor m_tanh(const at::Tensor& x) { return at::tanh(x); }
-inline at::Tensor m_sigmoid(const at::Tensor& x) { return at::sigmoid(x); }
-inline at::Tensor m_relu(const at::Tensor& x) { return at::relu(x); }
-inline at::Tensor m_sqrt(const at::Tensor& x) { return at::sqrt(x); }
-inline at::Tensor m_erf(const at::Tensor& x) { return at::erf(x); }
-inline at::Tensor m_pow(const at::Tensor& x, float p) { return at::pow(x, p); }
-inline at::Tensor m_pos(const at::Tensor& x) { return (x > 0).to(x.scalar_type()); }
-
-constexpr float k2OverSqrtPi = 1.12837916709551257f;
-
-// y = op(a, b)
-template <Op op, typename T>
-inline T fwd(const T& a, const T& b, float p) {
-  if constexpr (op == Op::kAdd) return a + b;
-  else if constexpr (op == Op::kSub) return a - b;
-  else if constexpr (op == Op::kMul) return a * b;
-  else if constexpr (op == Op::kDiv) return a / b;
-  else if constexpr (op == Op::kPow) return m_pow(a, p);
-  else if constexpr (op == Op::kNeg) return -a;
-  else if constexpr (op == Op::kExp) return m_exp(a);
-  else if constexpr (op == Op::kLog) return m_log(a);
-  else if constexpr (op == Op::kTanh) return m_tanh(a);
-  else if constexpr (op == Op::kSigmoid) return m_sigmoid(a);
-  else if constexpr (op == Op::kRelu) return m_relu(a);
-  else if constexpr (op == Op::kSqrt) return m_sqrt(a);
-  else if constexpr (op == Op::kErf) return m_erf(a);
-  else return 1.0f / a;  // Reciprocal
-}
-
-// Contributions of dY = g to da (and db for binary ops), given a, b and y = op(a, b); the
-// formulas of PyTorch's derivatives where they read y (tanh, sigmoid, sqrt, exp, div).
-template <Op op, typename T>
-inline T grad_a(const T& g, const T& a, const T& b, const T& y, float p) {
-  if constexpr (op == Op::kAdd || op == Op::kSub) return g;
-  else if constexpr (op == Op::kMul) return g * b;
-  else if constexpr (op == Op::kDiv) return g / b;
-  else if constexpr (op == Op::kPow) return g * (p * m_pow(a, p - 1.0f));
-  else if constexpr (op == Op::kNeg) return -g;
-  else if constexpr (op == Op::kExp) return g * y;
-  else if constexpr (op == Op::kLog) return g / a;
-  else if constexpr (op == Op::kTanh) return g * (1.0f - y * y);
-  else if constexpr (op == Op::kSigmoid) return g * ((1.0f - y) * y);
-  else if constexpr (op == Op::kRelu) return g * m_pos(y);
-  else if constexpr (op == Op::kSqrt) return g / (2.0f * y);
-  else if constexpr (op == Op::kErf) return g * (k2OverSqrtPi * m_exp(-(a * a)));
-  else return -g * (y * y);  // Reciprocal
-}
-
-template <Op op, typename T>
-inline T grad_b(const T& g, const T& a, const T& b, const T& y) {
-  if constexpr (op == Op::kAdd) return g;
-  else if constexpr (op == Op::kSub) return -g;
-  else if constexpr (op == Op::kMul) return g * a;
-  else return -(g * y) / b;  // Div: -dY·Y / B
-}
-
-// Calls f(std::integral_constant-like tag) with the op as a template argument.
-template <typename F>
-void dispatch(Op op, const F& f) {
-  switch (op) {
-    case Op::kAdd: return f(std::integral_constant<Op, Op::kAdd>{});
-    case Op::kSub: return f(std::integral_constant<Op, Op::kSub>{});
-    case Op::kMul: return f(std::integral_constant<Op, Op::kMul>{});
-    case Op::kDiv: return f(std::integral_constant<Op, Op::kDiv>{});
-    case Op::kPow: return f(std::integral_constant<Op, Op::kPow>{});
-    case Op::kNeg: return f(std::integral_constant<Op, Op::kNeg>{});
-    case Op::kExp: return f(std::integral_constant<Op, Op::kExp>{});
-    case Op::kLog: return f(std::integral_constant<Op, Op::kLog>{});
-    case Op::kTanh: return f(std::integral_constant<Op, Op::kTanh>{});
-    case Op::kSigmoid: return f(std::integral_constant<Op, Op::kSigmoid>{});
-    case Op::kRelu: return f(std::integral_constant<Op, Op::kRelu>{});
-    case Op::kSqrt: return f(std::integral_constant<Op, Op::kSqrt>{});
-    case Op::kErf: return f(std::integral_constant<Op, Op::kErf>{});
-    case Op::kReciprocal: return f(std::integral_constant<Op, Op::kReciprocal>{});
-  }
-}
+using namespace elementwise_program;  // Op, Instr, Program, parse and the formulas
 
 // ---- operands at run time
 // kRows: the output's shape as rows of its last dim, `ld` floats apart (a Split's half of a
