@@ -318,31 +318,30 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
   dy = dy.contiguous();
   const float* dyp = dy.data_ptr<float>();
   const int64_t n = dy.numel(), cols = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
-  // The joined gradients, in place: rows of placed.size()·cols, piece q at column q·cols. Their
+  // The joined gradients, in place: rows of join.size()·cols, piece q at column q·cols. Their
   // tiles then never cross a row, so each piece of a tile is one run of the joint buffer. Rows
   // narrower than kJoinedRowMin would make too many small tiles: those pieces are computed as
   // any gradient and concatenated after.
-  const std::vector<int64_t> placed = cols >= kJoinedRowMin ? join : std::vector<int64_t>{};
-  std::vector<int64_t> slot(ins.size(), -1);  // per input: its piece in `placed`, -1 if none
-  for (size_t q = 0; q < placed.size(); ++q) slot[placed[q]] = static_cast<int64_t>(q);
+  const bool in_place = !join.empty() && cols >= kJoinedRowMin;
+  const auto placed = [&](size_t i) { return in_place && join_slot[i] >= 0; };
   // Full-shape gradient per wanted input; broadcast ones are summed to their shapes below.
   std::vector<at::Tensor> gfull(ins.size());
   std::vector<float*> gptr(ins.size(), nullptr);
   for (size_t i = 0; i < ins.size(); ++i)
-    if (want[i] && slot[i] < 0) {
+    if (want[i] && !placed(i)) {
       gfull[i] = at::empty(shape, ins[i].options());
       gptr[i] = gfull[i].data_ptr<float>();
     }
   at::Tensor joint;
-  if (!placed.empty()) {
+  if (in_place) {
     std::vector<int64_t> sizes = shape;
-    sizes.back() *= static_cast<int64_t>(placed.size());
-    joint = at::empty(sizes, ins[placed[0]].options());
+    sizes.back() *= static_cast<int64_t>(join.size());
+    joint = at::empty(sizes, ins[join[0]].options());
   }
   float* const joint_ptr = joint.defined() ? joint.data_ptr<float>() : nullptr;
-  const int64_t joint_ld = cols * static_cast<int64_t>(placed.size());
+  const int64_t joint_ld = cols * static_cast<int64_t>(join.size());
   const int64_t per_row = (cols + kTile - 1) / kTile;  // joined: a row's tiles
-  const int64_t tiles = placed.empty() ? (n + kTile - 1) / kTile : n / cols * per_row;
+  const int64_t tiles = in_place ? n / cols * per_row : (n + kTile - 1) / kTile;
   const size_t nk = p.code.size();
   at::parallel_for(0, tiles, 1, [&](int64_t tb, int64_t te) {
     // regs (nk), adjoints (nk), two staging buffers for operands.
@@ -352,24 +351,24 @@ void fused_elementwise_grad_kernel(KernelCtx& c) {
     for (size_t k = 0; k < nk; ++k) adj.push_back(buf.data() + (nk + k) * kTile);
     float* stage_a = buf.data() + 2 * nk * kTile;
     float* stage_b = stage_a + kTile;
-    std::vector<float*> pieces(placed.size());  // this tile's run of each joined gradient
+    std::vector<float*> pieces(in_place ? join.size() : 0);  // this tile's run of each joined gradient
     for (int64_t t = tb; t < te; ++t) {
-      const int64_t begin = placed.empty() ? t * kTile : t / per_row * cols + t % per_row * kTile;
-      const int64_t len = placed.empty() ? std::min(kTile, n - begin) : std::min(kTile, cols - begin % cols);
+      const int64_t begin = in_place ? t / per_row * cols + t % per_row * kTile : t * kTile;
+      const int64_t len = in_place ? std::min(kTile, cols - begin % cols) : std::min(kTile, n - begin);
       run_tile(p, ops, regs, stage_a, stage_b, begin, len, cols);
       for (size_t k = 0; k < nk; ++k)
         if (need[k]) std::fill(adj[k], adj[k] + len, 0.0f);
       std::copy(dyp + begin, dyp + begin + len, adj[last]);
       for (size_t i = 0; i < ins.size(); ++i)
         if (gptr[i]) std::fill(gptr[i] + begin, gptr[i] + begin + len, 0.0f);
-      for (size_t q = 0; q < placed.size(); ++q) {
+      for (size_t q = 0; q < pieces.size(); ++q) {
         pieces[q] = joint_ptr + begin / cols * joint_ld + static_cast<int64_t>(q) * cols + begin % cols;
         std::fill(pieces[q], pieces[q] + len, 0.0f);
       }
       // Where operand o's adjoint accumulates: a register, a gradient output (or its piece), or nowhere.
       auto sink = [&](int64_t o) -> float* {
         if (o < 0) return nullptr;
-        if (o < p.n_inputs && slot[o] >= 0) return pieces[slot[o]];
+        if (o < p.n_inputs && placed(o)) return pieces[join_slot[o]];
         if (o < p.n_inputs) return want[o] ? gptr[o] + begin : nullptr;
         return need[o - p.n_inputs] ? adj[o - p.n_inputs] : nullptr;
       };
