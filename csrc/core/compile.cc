@@ -61,14 +61,19 @@ void drop_outputs(Graph& g, std::vector<int64_t> dropped) {
   for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) g.outputs.erase(g.outputs.begin() + *it);
 }
 
-// LinearCrossEntropy's chunk of logits, and its ATen row path's float copies of it (at most four
-// chunk-sized buffers at once), plus the float accumulator of dW when the weight is not float.
+// LinearCrossEntropy's chunk of logits (chunk_bytes counts them in float), made in place: one
+// chunk when they are float; with a smaller dtype the half-size chunk and its float copy (two, at
+// most); with soft-capping also the capped logits and the tanh kept for the gradient (four, at
+// most). Plus the float accumulator of dW when the weight is not float.
 int64_t kernel_workspace(const Graph& g) {
   int64_t most = 0;
   for (const Node& n : g.nodes) {
     if (n.op_type != "LinearCrossEntropy" || n.domain != kOurDomain) continue;
+    const bool from_full = n.inputs.size() > 4 && n.inputs[4] != kNoValue;
+    const bool float_chunk = g.value(n.inputs[from_full ? 4 : 0]).dtype == DType::kFloat;
+    const int64_t chunks = n.attrs.get_float("softcap", 0.0f) > 0 ? 4 : float_chunk ? 1 : 2;
     // Checked: a model file may hold any attribute or dim (limits.h).
-    int64_t bytes = checked_mul(4, std::max<int64_t>(0, n.attrs.get_int("chunk_bytes", 0)), "chunk bytes");
+    int64_t bytes = checked_mul(chunks, std::max<int64_t>(0, n.attrs.get_int("chunk_bytes", 0)), "chunk bytes");
     const Value& w = g.value(n.inputs[1]);
     if (n.outputs.size() > 2 && n.outputs[2] != kNoValue && w.dtype != DType::kFloat) {
       int64_t elems = 4;

@@ -24,12 +24,10 @@
 #include <ATen/ops/_assert_async.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/exp.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/logical_and.h>
 #include <ATen/ops/logical_or.h>
-#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ne.h>
@@ -152,23 +150,31 @@ at::Tensor chunk_logits(const Args& a, int64_t r0, int64_t rows, at::Tensor& buf
 
 // The rows' losses (float, 0 where ignored) and, with `grad`, the gradient over `logits`, as
 // ATen ops: any device, any float dtype. scale: a 0-dim float tensor (1/count for a mean).
+// `logits` is the kernel's own chunk: the softmax is made in place over it (over its float copy
+// for another dtype), so the path holds no chunk-sized buffer beyond that copy
+// (compile.cc's kernel_workspace charges what this holds).
 at::Tensor rows_by_aten(at::Tensor& logits, const at::Tensor& labels, const at::Tensor& valid, const Args& a,
                         const at::Tensor& scale, bool grad) {
   const int64_t v = logits.size(1);
-  const at::Tensor lf = logits.to(at::kFloat);
-  const at::Tensor lse = at::logsumexp(lf, {1}, true);
+  at::Tensor lf = logits.to(at::kFloat);  // logits itself when float
   const at::Tensor safe = at::where(valid, labels, at::zeros_like(labels)).unsqueeze(1);
-  at::Tensor loss = lse.squeeze(1).sub(lf.gather(1, safe).squeeze(1), 1.0 - a.eps);
+  // What the loss reads of the logits, before they are overwritten.
+  at::Tensor loss = lf.gather(1, safe).squeeze(1).mul(-(1.0 - a.eps));
   if (a.eps > 0) loss.sub_(lf.sum(1), a.eps / v);
+  // logsumexp = m + log Σ exp(l − m), with exp(l − m) written over the logits.
+  at::Tensor m = std::get<0>(lf.max(1, true));
+  m.masked_fill_(m.isinf(), 0.0);  // a row of −inf (or +inf) reads as ATen's logsumexp does
+  const at::Tensor sum = lf.sub_(m).exp_().sum(1, true);
+  loss.add_(m.add(sum.log()).squeeze(1));
   loss = at::where(valid, loss, at::zeros_like(loss));
   if (grad) {
-    at::Tensor g = at::exp(lf.sub(lse));
-    if (a.eps > 0) g.sub_(a.eps / v);
-    g.scatter_add_(1, safe, at::full_like(safe, -(1.0 - a.eps), lf.options()));
+    lf.div_(sum);  // the softmax
+    if (a.eps > 0) lf.sub_(a.eps / v);
+    lf.scatter_add_(1, safe, at::full_like(safe, -(1.0 - a.eps), lf.options()));
     // masked, not multiplied by 0: with no counted label the mean's scale is inf (eager's
     // gradient is still 0 at ignored rows)
-    g.mul_(scale).masked_fill_(valid.logical_not().unsqueeze(1), 0.0);
-    logits.copy_(g);
+    lf.mul_(scale).masked_fill_(valid.logical_not().unsqueeze(1), 0.0);
+    if (!lf.is_same(logits)) logits.copy_(lf);
   }
   return loss;
 }
