@@ -76,3 +76,65 @@ def test_a_tight_budget_takes_a_smaller_plan_that_fits(monkeypatch):
         plan_for(monkeypatch, "1KiB")
     smallest = re.search(r"at least ([\d.]+) (MiB|GiB)", str(err.value))
     assert float(smallest.group(1)) * (1 << (20 if smallest.group(2) == "MiB" else 30)) <= plan.predicted * 1.01
+
+
+class FakeEngine:
+    """An engine under a plan, as within_budget sees it: the memory report's predicted peak and the
+    fused head's workspace (one chunk of logits, 256 MiB by default)."""
+
+    def __init__(self, level, chunk, peak_of):
+        self.level, self.chunk = level, chunk or (256 << 20)
+        self.peak = peak_of(level)
+
+    def memory_report(self, sizes):
+        return {"predicted": {"peak": self.peak, "complete": True}}
+
+    def stats(self):
+        return {"kernel_workspace_bytes": self.chunk}
+
+
+def choose(budget_mib, peak_of, level=0):
+    from torch_ort.ortmodule.engine.memory_budget import within_budget
+    built = []
+
+    def compile_with(lvl, chunk):
+        built.append((lvl, chunk >> 20))
+        return FakeEngine(lvl, chunk, peak_of)
+
+    settings = Settings.from_env({"ORTMODULE_MEMORY_BUDGET": f"{budget_mib}MiB",
+                                  "ORTMODULE_MEMORY_OPT_LEVEL": str(level)})
+    engine, plan = within_budget(FakeEngine(level, 0, peak_of), compile_with, [], [], settings)
+    assert (engine.level, engine.chunk) == (plan.memory_opt_level, plan.loss_chunk_bytes or 256 << 20)
+    return (plan.memory_opt_level, plan.loss_chunk_bytes >> 20), built
+
+
+MIB = 1 << 20
+
+
+def test_halved_chunks_come_before_recompute():
+    # Recompute would fit with the default chunk, but a 128 MiB chunk fits without it.
+    plan, built = choose(1000, lambda level: (872 if level == 0 else 500) * MIB)
+    assert plan == (0, 128) and built == [(0, 128)]
+    plan, _ = choose(1000, lambda level: (900 if level == 0 else 500) * MIB)
+    assert plan == (0, 64)
+    plan, _ = choose(1000, lambda level: (950 if level == 0 else 500) * MIB)
+    assert plan == (1, 0)
+
+
+def test_small_chunks_at_the_lowest_level_that_fits():
+    # Recompute does not lower the peak (the head's gradients make it): 32 MiB chunks without it,
+    # not with the highest level, and 8 MiB ones only where 32 MiB fits nowhere.
+    plan, _ = choose(1000, lambda level: 960 * MIB)
+    assert plan == (0, 32)
+    plan, _ = choose(1000, lambda level: 990 * MIB)
+    assert plan == (0, 8)
+    plan, _ = choose(1000, lambda level: (980 if level < 2 else 960) * MIB)
+    assert plan == (2, 32)
+
+
+def test_a_configured_level_is_the_least_tried():
+    plan, built = choose(1000, lambda level: 960 * MIB, level=1)
+    assert plan == (1, 32) and all(lvl >= 1 for lvl, _ in built)
+    with pytest.raises(MemoryBudgetError, match=r"peak is 962.0 MiB \(recompute level 1, LM-head chunks "
+                                                r"2.0 MiB\): set a budget of at least 962.0 MiB"):
+        choose(900, lambda level: 960 * MIB, level=1)
