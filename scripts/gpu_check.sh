@@ -154,10 +154,11 @@ for p in ${PARTS//,/ }; do
     probe)  # nanoGPT-124M bf16: what a steady step does, per variant (about a minute)
       part probe 150 bash -c "suite --name gpu_probe --cases nanogpt --variants eager,ortmodule,ortmodule_cg \
         --steps 10 --warmup 3 --probe --no-gemm" ;;
-    tests-core)  # host synchronizations, CUDA graphs, autocast's loss dtype, attention with dropout
+    tests-core)  # host synchronizations, CUDA graphs, autocast's loss dtype, attention, the fused head's rows
       part tests-core 0 bash -c "pytest_part tests-core tests/python/test_gpu_sync_free.py \
         tests/python/test_gpu_cuda_graphs.py tests/python/test_attention_dropout.py \
         tests/python/test_fusion_attention.py::test_attention_reads_grouped_keys_and_values_unrepeated \
+        tests/python/test_linear_cross_entropy.py::test_the_aten_rows_on_cuda_match_eager \
         tests/python/test_gpu_parity.py::test_autocast_loss_dtype_and_value_match_eager" ;;
     tests-rest)
       part tests-rest 0 bash -c "pytest_part tests-rest tests/python/test_gpu_parity.py -k 'not autocast' \

@@ -12,6 +12,7 @@ import os
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_ort
 from torch_ort import DebugOptions, ORTModule
@@ -83,14 +84,15 @@ def test_each_row_path_trains_like_eager(path):
         train_both(lambda: Head(smoothing=0.05), steps=4)
 
 
-def _fused_node(x, w, b, labels, smoothing):
+def _fused_node(x, w, b, labels, smoothing, chunk_bytes=None):
     """One LinearCrossEntropy node (transB, ignore_index -100, mean) making the loss, dX, dW and
-    dbias, as an engine over (x, w, b, labels)."""
+    dbias, as an engine over (x, w, b, labels); chunk_bytes: the kernel's default (one chunk here)."""
     from onnx import TensorProto, helper
     elem = {torch.float32: TensorProto.FLOAT, torch.bfloat16: TensorProto.BFLOAT16,
             torch.float16: TensorProto.FLOAT16}[x.dtype]
     node = helper.make_node("LinearCrossEntropy", ["x", "w", "b", "y"], ["loss", "dx", "dw", "db"],
-                            domain="com.torch_ort", transB=1, ignore_index=-100, label_smoothing=smoothing)
+                            domain="com.torch_ort", transB=1, ignore_index=-100, label_smoothing=smoothing,
+                            **({} if chunk_bytes is None else dict(chunk_bytes=chunk_bytes)))
     graph = helper.make_graph(
         [node], "lce",
         [helper.make_tensor_value_info(name, elem, list(t.shape)) for name, t in (("x", x), ("w", w), ("b", b))]
@@ -129,6 +131,28 @@ def test_each_row_loop_matches_the_aten_rows(path, dtype, smoothing):
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for ours, aten in zip(grads_f, grads_a):
         torch.testing.assert_close(ours, aten, **tol)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_aten_rows_on_cuda_match_eager(dtype):
+    """On a GPU the chunks go through the ATen row path, its softmax made in place over each
+    chunk: the loss and dX, dW, dbias against eager's cross_entropy on the device, over chunks
+    of 3 rows with an ignored row and label smoothing."""
+    torch.manual_seed(0)
+    n, v, h = 8, 1000 + 13, 32
+    x, w, b = torch.randn(n, h), torch.randn(v, h) * 0.5, torch.randn(v)
+    x, w, b = (t.to("cuda", dtype).requires_grad_() for t in (x, w, b))
+    labels = torch.tensor([3, -100, v - 1, 0, 517, 12, 7, 999], device="cuda")
+    eager = F.cross_entropy(F.linear(x, w, b).float(), labels, ignore_index=-100, label_smoothing=0.1)
+    eager.backward()
+    node = _fused_node(x.detach(), w.detach(), b.detach(), labels, 0.1, chunk_bytes=3 * v * 4)
+    loss, *grads = node.forward([x.detach(), w.detach(), b.detach(), labels])[0]
+    assert loss.is_cuda
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(loss, eager.detach(), **tol)
+    for ours, t in zip(grads, (x, w, b)):
+        torch.testing.assert_close(ours, t.grad, **tol)
 
 
 def test_the_fused_head_reads_the_gathered_rows(tmp_path, monkeypatch):
