@@ -174,7 +174,7 @@ at::Tensor rows_by_aten(at::Tensor& logits, const at::Tensor& labels, const at::
     // masked, not multiplied by 0: with no counted label the mean's scale is inf (eager's
     // gradient is still 0 at ignored rows)
     lf.mul_(scale).masked_fill_(valid.logical_not().unsqueeze(1), 0.0);
-    if (!lf.is_same(logits)) logits.copy_(lf);
+    logits.copy_(lf);  // none when float: lf is logits, and copy_ returns at once
   }
   return loss;
 }

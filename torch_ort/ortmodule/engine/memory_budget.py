@@ -47,9 +47,9 @@ def within_budget(engine, compile_with, user_sizes: list, sizes: list, settings)
     report's, plus the kernels' own chunks) fits, in order: as configured, 128 and 64 MiB chunks
     of the fused LM head and loss, then recompute levels 1 and 2 (each with the three), then
     32, 8 and 2 MiB chunks, each at every level. Raises MemoryBudgetError naming the smallest
-    budget any plan needs when none fits. `compile_with(level, chunk_bytes)` builds the engine under a plan;
-    `sizes`: the call's input sizes, parameters included; `user_sizes` the inputs' alone (for the
-    message). Returns (engine, MemoryPlan)."""
+    budget any plan needs when none fits. `compile_with(level, chunk_bytes)` builds the engine
+    under a plan; `sizes`: the call's input sizes, parameters included; `user_sizes` the inputs'
+    alone (for the message). Returns (engine, MemoryPlan)."""
     budget, level0 = settings.memory_budget, settings.memory_opt_level
     fused = engine.stats()["kernel_workspace_bytes"] > 0  # a LinearCrossEntropy to chunk
     levels = sorted({level0, 1, 2} - set(range(level0)))

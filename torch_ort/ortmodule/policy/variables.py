@@ -67,8 +67,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the memory a training step may take beyond the parameters and optimizer state (what "
              "the memory report predicts: activations, saved values, outputs, gradients, and the "
              "fused LM head's chunks); before the first step the planner takes the cheapest plan "
-             "whose predicted peak fits (128 and 64 MiB LM-head chunks, then recompute levels 1 and 2, then "
-             "smaller chunks) and logs it at INFO and in stats()['memory_plan']; when none fits, a MemoryBudgetError names the smallest budget that "
+             "whose predicted peak fits (128 and 64 MiB LM-head chunks, then recompute levels 1 "
+             "and 2, then smaller chunks) and logs it at INFO and in stats()['memory_plan']; when none fits, a MemoryBudgetError names the smallest budget that "
              "would (ours, not ORT's)"),
     Variable("ORTMODULE_PRINT_MEMORY_STATS", "print_memory_stats", "bool", False, parse.boolean,
              "log measured memory (RSS, CUDA, the engine's activation bytes) before and after "
